@@ -1,0 +1,30 @@
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "data"))
+
+from fineweb import BOS, write_shard  # noqa: E402
+
+
+def random_documents(rng, num_docs, min_len=1, max_len=300, vocab=50000):
+    """Documents of random ids below BOS, each starting with BOS."""
+    docs = []
+    for _ in range(num_docs):
+        n = int(rng.integers(min_len, max_len + 1))
+        docs.append(np.concatenate([[BOS], rng.integers(0, vocab, n - 1)]).astype(np.uint16))
+    return docs
+
+
+@pytest.fixture
+def make_shards(tmp_path):
+    """make_shards(name, [tokens, ...]) writes shards name_000000.bin ... and returns their glob."""
+    def make(name, shards):
+        for i, tokens in enumerate(shards):
+            write_shard(tmp_path / f"{name}_{i:06d}.bin", tokens)
+        return str(tmp_path / f"{name}_*.bin")
+    return make

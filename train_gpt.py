@@ -1,0 +1,925 @@
+"""train_gpt.py: train a GPT to 3.28 cross-entropy on the FineWeb validation set, as fast as possible.
+
+One file, read top to bottom: hyperparameters, kernels, model, optimizers, data, logging, training.
+    torchrun --standalone --nproc_per_node=8 train_gpt.py        the record run (defaults are its settings)
+    python train_gpt.py --smoke                                    a tiny run on data/sample, on the CPU
+Any hyperparameter can be set on the command line: --num_iterations 300 --train_files 'data/x_*.bin'.
+"""
+import time
+
+PROCESS_START = time.perf_counter()  # for the start-up time split in the log
+
+import dataclasses
+import glob
+import hashlib
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+# ----------------------------------------------------------------------------------------------------
+# Hyperparameters (defaults: the 8-GPU FineWeb record; the same global batch on any number of GPUs)
+
+
+@dataclass
+class Hyperparameters:
+    # data
+    train_files: str = "data/fineweb10B/fineweb_train_*.bin"
+    val_files: str = "data/fineweb10B/fineweb_val_*.bin"
+    repeat_train_files: bool = False  # cycle the train shards (small proxy corpora) instead of stopping
+    val_tokens: int = 10_485_760  # validation always reads exactly these, from the start of val_files
+    val_seq_tokens: int = 64 * 1024  # tokens per validation forward pass
+    batch_tokens: int = 8 * 48 * 1024  # tokens per optimizer step, over all GPUs
+    micro_batch_tokens: int = 48 * 1024  # tokens per forward pass on one GPU
+    max_seq_len: int = 2048  # training documents are cut to this length
+    # model
+    vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 128
+    num_layers: int = 12
+    model_dim: int = 768
+    head_dim: int = 128
+    # schedules
+    num_iterations: int = 1695
+    cooldown_frac: float = 0.45  # learning rates fall linearly over this last fraction of training
+    final_lr_frac: float = 0.1
+    window_max: int = 1792  # sliding window of the long-window layers at the end of training
+    muon_momentum_warmup_steps: int = 300
+    # optimizers
+    muon_lr: float = 0.05
+    head_lr: float = 0.22
+    embed_lr: float = 0.6
+    scalar_lr: float = 0.04
+    # run
+    val_loss_every: int = 125  # 0: only at the start and the end
+    warmup_steps: int = 10  # untimed steps that compile and warm up kernels; their effect is undone
+    seed: int = 0
+    smoke: bool = False  # start from SMOKE_SETTINGS: a CPU-sized run on data/sample
+
+
+SMOKE_SETTINGS = dict(
+    train_files="data/sample/sample_train_*.bin", val_files="data/sample/sample_val_*.bin",
+    repeat_train_files=True, val_tokens=32768, val_seq_tokens=4096, batch_tokens=4096,
+    micro_batch_tokens=2048, max_seq_len=512, num_layers=4, model_dim=128, head_dim=32,
+    num_iterations=60, window_max=256, muon_momentum_warmup_steps=20, val_loss_every=20, warmup_steps=0,
+)
+
+
+def parse_args(argv):
+    """--name value for every field of Hyperparameters; a bare --flag sets a boolean."""
+    kinds = {f.name: f.type for f in dataclasses.fields(Hyperparameters)}
+    given = {}
+    i = 0
+    while i < len(argv):
+        name = argv[i].removeprefix("--")
+        if not argv[i].startswith("--") or name not in kinds:
+            raise SystemExit(f"unknown argument {argv[i]!r}; hyperparameters are: {', '.join(kinds)}")
+        if kinds[name] is bool and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
+            given[name], i = True, i + 1
+            continue
+        if i + 1 == len(argv):
+            raise SystemExit(f"--{name} needs a value")
+        value = argv[i + 1]
+        if kinds[name] is bool:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise SystemExit(f"--{name} takes true or false, not {value!r}")
+            given[name] = value.lower() in ("true", "1")
+        else:
+            given[name] = kinds[name](value)
+        i += 2
+    settings = SMOKE_SETTINGS if given.get("smoke") else {}
+    return Hyperparameters(**{**settings, **given})
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kernels: attention over packed documents, the FP8 head matmul, orthogonalisation for Muon
+
+ATTENTION_SCALE = 0.12  # with QK-norm the logits need a larger scale than 1/sqrt(head_dim)
+
+
+def attention(q, k, v, seqs, window):
+    """Causal attention inside each sequence of a packed batch, each query seeing its last `window` keys.
+
+    q, k, v: (tokens, heads, head_dim); seqs: the batch's SequenceBoundaries. On CUDA this is
+    FlashAttention through PyTorch's varlen_attn; elsewhere a dense masked product (tests, smoke run).
+    """
+    if q.is_cuda:
+        return _varlen_attention(q, k, v, seqs.cu_seqlens, seqs.max_len, window)
+    return dense_attention(q, k, v, seqs.cu_seqlens, window)
+
+
+@torch.compiler.disable  # a graph break, so that window sizes never trigger a recompile
+def _varlen_attention(q, k, v, cu_seqlens, max_len, window):
+    from torch.nn.attention.varlen import varlen_attn
+    return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, scale=ATTENTION_SCALE,
+                       window_size=(window - 1, 0))
+
+
+def dense_attention(q, k, v, cu_seqlens, window):
+    pos = torch.arange(q.size(0), device=q.device)
+    seq_id = torch.searchsorted(cu_seqlens[1:], pos, right=True)
+    distance = pos[:, None] - pos[None, :]
+    mask = (seq_id[:, None] == seq_id[None, :]) & (distance >= 0) & (distance < window)
+    q, k, v = (t.transpose(0, 1) for t in (q, k, v))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=ATTENTION_SCALE).transpose(0, 1)
+
+
+class FP8Matmul(torch.autograd.Function):
+    """x @ w.T with both operands in float8 e4m3 and the output gradient in e5m2, at fixed scales.
+
+    Fixed scales cost no extra pass over the data. They are safe here: x is RMS-normalised, so
+    |x| <= sqrt(model_dim); head weights stay far below 24; and the gradient of a summed, soft-capped
+    cross-entropy with respect to a logit lies in [-1, 1].
+    """
+
+    @staticmethod
+    def forward(ctx, x, w, x_scale, w_scale, grad_scale):
+        x8 = (x / x_scale).to(torch.float8_e4m3fn)
+        w8 = (w / w_scale).to(torch.float8_e4m3fn)
+        ctx.save_for_backward(x8, w8)
+        ctx.scales = x_scale, w_scale, grad_scale
+        one = lambda s: torch.tensor(s, dtype=torch.float32, device=x.device)  # noqa: E731
+        return torch._scaled_mm(x8, w8.T, scale_a=one(x_scale), scale_b=one(w_scale), out_dtype=torch.bfloat16)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x8, w8 = ctx.saved_tensors
+        x_scale, w_scale, grad_scale = ctx.scales
+        one = lambda s: torch.tensor(s, dtype=torch.float32, device=grad.device)  # noqa: E731
+        g8 = (grad / grad_scale).to(torch.float8_e5m2)
+        # _scaled_mm wants its first operand row-major and its second column-major
+        grad_x = torch._scaled_mm(g8, w8.T.contiguous().T, scale_a=one(grad_scale), scale_b=one(w_scale),
+                                  out_dtype=torch.bfloat16)
+        grad_w = torch._scaled_mm(g8.T.contiguous(), x8.T.contiguous().T, scale_a=one(grad_scale),
+                                  scale_b=one(x_scale), out_dtype=torch.float32)
+        return grad_x, grad_w, None, None, None
+
+
+def orthogonalize(G, steps=5):
+    """The nearest semi-orthogonal matrix to each G[..., :, :], roughly: a quintic Newton–Schulz iteration
+    in bf16 whose coefficients push every singular value into about [0.7, 1.2] in five steps."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    X = G.bfloat16()
+    wide = X.size(-2) <= X.size(-1)
+    if not wide:
+        X = X.mT
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)  # singular values now at most 1
+    for _ in range(steps):
+        A = X @ X.mT
+        X = a * X + (b * A + c * A @ A) @ X
+    return X if wide else X.mT
+
+
+# ----------------------------------------------------------------------------------------------------
+# Model: GPT-2-small with the speedrun's changes (rotary, QK-norm, ReLU², value embeddings, U-net skips,
+# sliding windows over packed documents, soft-capped logits)
+
+
+def rms_norm(x):
+    return F.rms_norm(x, (x.size(-1),))
+
+
+class CastedLinear(nn.Linear):
+    """A linear layer with float32 master weights, multiplied in the activations' dtype (bf16 on GPU)."""
+
+    def __init__(self, in_features, out_features, zero_init=False):
+        super().__init__(in_features, out_features, bias=False)
+        with torch.no_grad():
+            if zero_init:  # output projections start at zero: each block starts as the identity
+                self.weight.zero_()
+            else:
+                bound = 0.5 * 3**0.5 * in_features**-0.5
+                self.weight.uniform_(-bound, bound)
+
+    def forward(self, x):
+        return F.linear(x, self.weight.type_as(x))
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding on a quarter of each head's dimension pairs; the rest carry no position."""
+
+    def __init__(self, head_dim, max_len):
+        super().__init__()
+        freqs = (1 / 1024) ** torch.linspace(0, 1, head_dim // 4)
+        freqs = torch.cat([freqs, freqs.new_zeros(head_dim // 4)])
+        angles = torch.outer(torch.arange(max_len, dtype=torch.float32), freqs)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x):  # (tokens, heads, head_dim)
+        cos, sin = self.cos[: x.size(0), None, :], self.sin[: x.size(0), None, :]
+        x1, x2 = x.float().chunk(2, dim=-1)
+        return torch.cat([x1 * cos + x2 * sin, x2 * cos - x1 * sin], dim=-1).type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, head_dim, max_len):
+        super().__init__()
+        self.num_heads, self.head_dim = dim // head_dim, head_dim
+        bound = 0.5 * 3**0.5 * dim**-0.5
+        self.qkv = nn.Parameter(torch.empty(3, dim, dim).uniform_(-bound, bound))  # Muon sees q, k, v apart
+        self.rotary = Rotary(head_dim, max_len)
+        self.value_mix = nn.Parameter(torch.tensor([0.5, 0.5]))  # own values vs. value embedding
+        self.gate = CastedLinear(12, self.num_heads, zero_init=True)  # per-head output gate from x[:12]
+        self.out = CastedLinear(dim, dim, zero_init=True)
+
+    def forward(self, x, value_embed, seqs, window):
+        T = x.size(0)
+        qkv = F.linear(x, self.qkv.flatten(0, 1).type_as(x)).view(T, 3 * self.num_heads, self.head_dim)
+        q, k, v = qkv.chunk(3, dim=1)
+        q, k = self.rotary(rms_norm(q)), self.rotary(rms_norm(k))
+        v = self.value_mix[0] * v
+        if value_embed is not None:
+            v = v + self.value_mix[1] * value_embed.view_as(v)
+        y = attention(q, k, v, seqs, window)
+        y = y * torch.sigmoid(self.gate(x[:, :12])).unsqueeze(-1)
+        return self.out(y.flatten(1))
+
+
+class MLP(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = CastedLinear(dim, 4 * dim)
+        self.proj = CastedLinear(4 * dim, dim, zero_init=True)
+
+    def forward(self, x):
+        return self.proj(F.relu(self.fc(x)).square())
+
+
+class Block(nn.Module):
+    def __init__(self, dim, head_dim, max_len):
+        super().__init__()
+        self.residual_mix = nn.Parameter(torch.tensor([1.0, 0.0]))  # residual stream vs. the embedding x0
+        self.attn = Attention(dim, head_dim, max_len)
+        self.mlp = MLP(dim)
+
+    def forward(self, x, x0, value_embed, seqs, window):
+        x = self.residual_mix[0] * x + self.residual_mix[1] * x0
+        x = x + self.attn(rms_norm(x), value_embed, seqs, window)
+        return x + self.mlp(rms_norm(x))
+
+
+class Head(nn.Module):
+    """Logits, soft-capped to (0, 30), and the summed cross-entropy; FP8 matmul on Hopper."""
+
+    def __init__(self, dim, vocab_size, fp8):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(vocab_size, dim))
+        self.fp8, self.x_scale = fp8, dim**0.5 / 448
+
+    def forward(self, x, targets):
+        if self.fp8:
+            logits = FP8Matmul.apply(x, self.weight, self.x_scale, 24 / 448, 1 / 448)
+        else:
+            logits = F.linear(x, self.weight.type_as(x))
+        logits = 30 * torch.sigmoid(logits.float() / 7.5)
+        return F.cross_entropy(logits, targets.long(), reduction="sum")
+
+
+class GPT(nn.Module):
+    def __init__(self, args: Hyperparameters, fp8):
+        super().__init__()
+        dim, L = args.model_dim, args.num_layers
+        max_len = max(args.micro_batch_tokens, args.val_seq_tokens)
+        self.embed = nn.Embedding(args.vocab_size, dim)
+        # value embeddings feed the first and the last layers, mirrored as in a U-net
+        self.value_embeds = nn.ModuleList(nn.Embedding(args.vocab_size, dim) for _ in range(min(3, L // 2)))
+        self.blocks = nn.ModuleList(Block(dim, args.head_dim, max_len) for _ in range(L))
+        self.skip_weights = nn.Parameter(torch.ones(L // 2))  # U-net: layer i feeds layer L-1-i
+        self.head = Head(dim, args.vocab_size, fp8)
+
+    def layer_windows(self, long_window):
+        """Every fourth layer and the last see the long window, the others half of it."""
+        L = len(self.blocks)
+        return [long_window if i % 4 == 0 or i == L - 1 else long_window // 2 for i in range(L)]
+
+    def forward(self, inputs, targets, seqs, long_window):
+        """Summed cross-entropy of one packed batch: inputs and targets are 1-D token tensors."""
+        L = len(self.blocks)
+        ve = [e(inputs) for e in self.value_embeds]
+        value_embeds = ve + [None] * (L - 2 * len(ve)) + ve
+        x = x0 = rms_norm(self.embed(inputs))
+        skips = []
+        for i, (block, window) in enumerate(zip(self.blocks, self.layer_windows(long_window))):
+            if i >= L - len(self.skip_weights):
+                x = x + self.skip_weights[L - 1 - i] * skips.pop()
+            x = block(x, x0, value_embeds[i], seqs, window)
+            if i < len(self.skip_weights):
+                skips.append(x)
+        return self.head(rms_norm(x), targets)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Optimizers: Muon for the hidden matrices, Adam for embeddings, head and scalars
+
+
+class Muon(torch.optim.Optimizer):
+    """Momentum SGD whose update is orthogonalised (MomentUm Orthogonalized by Newton–Schulz).
+
+    Matrices of one shape form a group. With several ranks, a group's gradients are reduce-scattered
+    (summed) so that each rank holds a contiguous share of the matrices; the rank keeps the momentum of
+    its share, orthogonalises it, and the updates are all-gathered. One group's communication overlaps
+    the next group's arithmetic.
+    """
+
+    def __init__(self, params, lr, momentum, rank=0, world_size=1):
+        by_shape = {}
+        for p in params:
+            by_shape.setdefault(tuple(p.shape), []).append(p)
+        super().__init__([dict(params=ps) for ps in by_shape.values()], dict(lr=lr, momentum=momentum))
+        self.rank, self.world_size = rank, world_size
+
+    @torch.no_grad()
+    def step(self):
+        W = self.world_size
+        reductions = []
+        for group in self.param_groups:
+            params = group["params"]
+            share = -(-len(params) // W)
+            grads = torch.stack([p.grad for p in params] + [torch.zeros_like(params[0])] * (share * W - len(params)))
+            if W == 1:
+                reductions.append((group, grads, None))
+                continue
+            mine = grads.new_empty(share, *grads.shape[1:])
+            reductions.append((group, mine, dist.reduce_scatter_tensor(mine, grads, async_op=True)))
+        gathers = []
+        for group, grad, work in reductions:
+            if work is not None:
+                work.wait()
+            state = self.state[group["params"][0]]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(grad)
+            buf = state["momentum_buffer"]
+            buf.lerp_(grad, 1 - group["momentum"])
+            update = orthogonalize(grad.lerp_(buf, group["momentum"]))  # Nesterov momentum
+            if W > 1:
+                full = update.new_empty(W * update.size(0), *update.shape[1:])
+                gathers.append((group, full, dist.all_gather_into_tensor(full, update, async_op=True)))
+            else:
+                gathers.append((group, update, None))
+        for group, updates, work in gathers:
+            if work is not None:
+                work.wait()
+            params = group["params"]
+            rows, cols = params[0].shape[-2:]
+            scale = -group["lr"] * max(1, rows / cols) ** 0.5
+            torch._foreach_add_(params, list(updates[: len(params)].unbind(0)), alpha=scale)
+
+
+def make_optimizers(model, args, rank, world_size, device):
+    matrices = [p for p in model.blocks.parameters() if p.ndim >= 2]
+    scalars = [p for p in model.parameters() if p.ndim < 2]
+    adam = torch.optim.Adam(
+        [dict(params=[model.head.weight], lr=args.head_lr),
+         dict(params=[model.embed.weight, *model.value_embeds.parameters()], lr=args.embed_lr),
+         dict(params=scalars, lr=args.scalar_lr)],
+        betas=(0.8, 0.95), eps=1e-10, fused=device.type == "cuda")
+    muon = Muon(matrices, lr=args.muon_lr, momentum=0.95, rank=rank, world_size=world_size)
+    assert len(matrices) + sum(len(g["params"]) for g in adam.param_groups) == len(list(model.parameters()))
+    for opt in (adam, muon):
+        for group in opt.param_groups:
+            group["initial_lr"] = group["lr"]
+    return adam, muon
+
+
+def lr_multiplier(step, args):
+    """1 until the cool-down, then a straight line down to final_lr_frac at the last step."""
+    progress = step / args.num_iterations
+    if progress < 1 - args.cooldown_frac:
+        return 1.0
+    w = (1 - progress) / args.cooldown_frac
+    return w + (1 - w) * args.final_lr_frac
+
+
+def muon_momentum(step, args):
+    frac = min(step / args.muon_momentum_warmup_steps, 1)
+    return 0.85 + 0.10 * frac
+
+
+def long_window(step, args):
+    """The long-window layers' window grows in 128-token steps from 128 to window_max."""
+    blocks = math.ceil(args.window_max / 128 * step / args.num_iterations)
+    return 128 * min(max(blocks, 1), args.window_max // 128)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Data: token shards
+
+SHARD_MAGIC, SHARD_VERSION, HEADER_BYTES, BOS = 20240520, 1, 1024, 50256
+
+
+class ShardError(ValueError):
+    """A token shard that is missing, empty, truncated or not in the FineWeb format."""
+
+
+class EndOfData(RuntimeError):
+    """The training shards ran out."""
+
+
+def shard_token_count(path):
+    """Validate a shard's header against its file size and return its token count."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise ShardError(f"{path}: no such shard file") from None
+    if size == 0:
+        raise ShardError(f"{path}: empty file")
+    if size < HEADER_BYTES:
+        raise ShardError(f"{path}: truncated header ({size} of {HEADER_BYTES} bytes)")
+    magic, version, num_tokens = (int(x) for x in np.fromfile(path, dtype="<i4", count=3))
+    if magic != SHARD_MAGIC:
+        raise ShardError(f"{path}: wrong magic {magic} (expected {SHARD_MAGIC}); not a token shard")
+    if version != SHARD_VERSION:
+        raise ShardError(f"{path}: unsupported shard version {version} (expected {SHARD_VERSION})")
+    expected = HEADER_BYTES + 2 * num_tokens
+    if size < expected:
+        raise ShardError(f"{path}: truncated by {expected - size} bytes ({num_tokens} tokens in header)")
+    if size > expected:
+        raise ShardError(f"{path}: {size - expected} bytes beyond the {num_tokens} tokens in header")
+    return num_tokens
+
+
+def read_shard(path, pin_memory=False):
+    """A shard's tokens as a uint16 tensor, read straight into (pinned) memory with no copy in between."""
+    num_tokens = shard_token_count(path)
+    tokens = torch.empty(num_tokens, dtype=torch.uint16, pin_memory=pin_memory)
+    view = memoryview(tokens.numpy()).cast("B")
+    with open(path, "rb", buffering=0) as f:
+        f.seek(HEADER_BYTES)
+        filled = 0
+        while filled < len(view):
+            n = f.readinto(view[filled:])
+            if not n:
+                raise ShardError(f"{path}: truncated by {len(view) - filled} bytes while reading")
+            filled += n
+    return tokens
+
+
+def shard_paths(pattern):
+    paths = sorted(glob.glob(pattern))
+    if not paths:
+        raise FileNotFoundError(f"no shard files match {pattern!r}")
+    return paths
+
+
+class ShardCache:
+    """Loads shard i+1 on a background thread while shard i is consumed; keeps the last two in memory."""
+
+    def __init__(self, paths, pin_memory, wrap):
+        self.paths, self.pin_memory, self.wrap = paths, pin_memory, wrap
+        self.loader = ThreadPoolExecutor(1, thread_name_prefix="shard-reader")
+        self.loads = {}
+
+    def _load(self, path):
+        tokens = read_shard(path, self.pin_memory)
+        array = tokens.numpy()
+        starts = np.flatnonzero(array == BOS)
+        # the last input token of a document needs the next token as its target
+        ends = np.append(starts[1:], len(array) - 1)
+        keep = ends > starts
+        return array, starts[keep], ends[keep] - starts[keep]
+
+    def get(self, index):
+        """(tokens, document starts, document lengths) of shard number `index` (wrapping around)."""
+        for i in (index, index + 1):
+            if i not in self.loads and (i < len(self.paths) or self.wrap):
+                self.loads[i] = self.loader.submit(self._load, self.paths[i % len(self.paths)])
+        for i in [i for i in self.loads if i < index - 1]:
+            del self.loads[i]
+        return self.loads[index].result()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Data: batches. A source builds one step's batch for one rank into host buffers, from a cursor, and
+# returns the cursor after it: a pure function of (cursor, shape), so a prefetched batch can be rebuilt.
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    tokens: int  # tokens per micro-batch on one rank
+    max_seq_len: int
+    accum_steps: int  # micro-batches per optimizer step
+
+
+@dataclass
+class SequenceBoundaries:
+    cu_seqlens: torch.Tensor  # int32 (sequences + 1,): where each sequence starts, then the total
+    max_len: int
+
+
+class HostBuffers:
+    """One slot of host memory for a step's batch, and the event of the copy that last read it."""
+
+    def __init__(self, pin_memory):
+        self.pin_memory, self.capacity = pin_memory, 0
+        self.copied = torch.cuda.Event() if pin_memory else None
+
+    def reserve(self, tokens):
+        """Wait until the last copy out of this slot is done, then make room for `tokens` tokens."""
+        if self.copied is not None:
+            self.copied.synchronize()
+        if tokens > self.capacity:
+            make = lambda: torch.empty(tokens, dtype=torch.int32, pin_memory=self.pin_memory)  # noqa: E731
+            self.inputs, self.targets, self.cu_seqlens = make(), make(), make()
+            self.capacity = tokens
+        return self.inputs.numpy(), self.targets.numpy(), self.cu_seqlens.numpy()
+
+
+@dataclass
+class HostBatch:
+    shape: BatchShape
+    start: object  # the cursor it was built from
+    buffers: HostBuffers
+    num_seqs: list  # per micro-batch
+    max_lens: list  # per micro-batch
+
+
+def _pack_documents(tokens, starts, lengths, inputs, targets, cu_seqlens):
+    """Copy documents (starts, lengths) back to back into inputs/targets; return the longest length."""
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    cu_seqlens[: len(offsets)] = offsets
+    index = np.arange(offsets[-1]) + np.repeat(starts - offsets[:-1], lengths)
+    inputs[: offsets[-1]] = tokens[index]
+    targets[: offsets[-1]] = tokens[index + 1]
+    return int(lengths.max())
+
+
+class TrainSource:
+    """Training batches aligned to documents: every sequence starts at a document's first token (BOS)
+    and is cut at max_seq_len; a micro-batch is filled with whole documents, the last one cut to fit.
+
+    The global step is world_size * accum_steps micro-batches taken in shard order; micro-batch a of
+    rank r is number a * world_size + r, so every world size trains on the same tokens. A cursor is
+    (shard number, document number); the rest of a document cut to fit is not used.
+    """
+
+    def __init__(self, pattern, rank, world_size, repeat, pin_memory=False):
+        self.paths = shard_paths(pattern)
+        self.rank, self.world_size, self.repeat = rank, world_size, repeat
+        self.shards = ShardCache(self.paths, pin_memory, wrap=repeat)
+        self.start = (0, 0)
+
+    def _micro_batch(self, cursor, shape):
+        """The documents (starts, lengths) of the micro-batch at `cursor`, and the cursor after it."""
+        shard, doc = cursor
+        while True:
+            if shard >= len(self.paths) and not self.repeat:
+                raise EndOfData(f"training data exhausted after {len(self.paths)} shards matching the train "
+                                f"pattern; add shards or set --repeat_train_files")
+            tokens, starts, lengths = self.shards.get(shard)
+            lengths = np.minimum(lengths[doc:], shape.max_seq_len)
+            filled = np.cumsum(lengths)
+            n = int(np.searchsorted(filled, shape.tokens))  # the document that fills the micro-batch
+            if n < len(lengths):
+                lengths = lengths[: n + 1].copy()
+                lengths[n] -= filled[n] - shape.tokens
+                return (tokens, starts[doc: doc + n + 1], lengths), (shard, doc + n + 1)
+            shard, doc = shard + 1, 0  # documents never span shards: what is left of this one is skipped
+
+    def build(self, cursor, shape, buffers):
+        inputs, targets, cu_seqlens = buffers.reserve(shape.accum_steps * (shape.tokens + 1))
+        num_seqs, max_lens = [], []
+        for a in range(shape.accum_steps):
+            for r in range(self.world_size):
+                (tokens, starts, lengths), cursor = self._micro_batch(cursor, shape)
+                if r == self.rank:
+                    t, c = a * shape.tokens, sum(n + 1 for n in num_seqs)
+                    max_lens.append(_pack_documents(tokens, starts, lengths, inputs[t:], targets[t:],
+                                                    cu_seqlens[c:]))
+                    num_seqs.append(len(lengths))
+        return num_seqs, max_lens, cursor
+
+
+class ValSource:
+    """The first val_tokens tokens of the validation shards, in fixed chunks of `chunk` tokens, whatever
+    the world size: rank r takes chunks r, r + world_size, ... and wraps around, so that the batch
+    prefetched after one validation is the first of the next. Sequences split at document starts."""
+
+    def __init__(self, pattern, val_tokens, chunk, rank, world_size):
+        if val_tokens % chunk:
+            raise ValueError(f"val_tokens={val_tokens} is not a multiple of val_seq_tokens={chunk}")
+        self.tokens = np.empty(val_tokens + 1, dtype=np.uint16)
+        filled = 0
+        for path in shard_paths(pattern):
+            shard = read_shard(path).numpy()[: len(self.tokens) - filled]
+            self.tokens[filled: filled + len(shard)] = shard
+            filled += len(shard)
+            if filled == len(self.tokens):
+                break
+        else:
+            raise ValueError(f"validation needs {val_tokens + 1} tokens; {pattern!r} holds {filled}")
+        self.chunk, self.num_chunks = chunk, val_tokens // chunk
+        self.world_size, self.start = world_size, rank
+
+    def batches_for_rank(self, rank):
+        return len(range(rank, self.num_chunks, self.world_size))
+
+    def build(self, cursor, shape, buffers):
+        assert shape.tokens == self.chunk and shape.accum_steps == 1
+        inputs, targets, cu_seqlens = buffers.reserve(self.chunk + 1)
+        begin = cursor * self.chunk
+        window = self.tokens[begin: begin + self.chunk + 1]
+        starts = np.union1d([0], np.flatnonzero(window[:-1] == BOS))
+        lengths = np.diff(np.append(starts, self.chunk))
+        max_len = _pack_documents(window, starts, lengths, inputs, targets, cu_seqlens)
+        next_cursor = cursor + self.world_size
+        return [len(starts)], [max_len], next_cursor if next_cursor < self.num_chunks else next_cursor % self.world_size
+
+
+def synchronous_batches(source, shapes):
+    """The reference stream: what a PrefetchLoader must return, built on the calling thread."""
+    cursor = source.start
+    for shape in shapes:
+        buffers = HostBuffers(pin_memory=False)
+        num_seqs, max_lens, cursor = source.build(cursor, shape, buffers)
+        yield _micro_batches(shape, buffers.inputs.clone(), buffers.targets.clone(), buffers.cu_seqlens.clone(),
+                             num_seqs, max_lens)
+
+
+@dataclass
+class MicroBatch:
+    inputs: torch.Tensor  # int32 (tokens,)
+    targets: torch.Tensor  # int32 (tokens,)
+    seqs: SequenceBoundaries
+
+
+def _micro_batches(shape, inputs, targets, cu_seqlens, num_seqs, max_lens):
+    batches, c = [], 0
+    for a, (n, max_len) in enumerate(zip(num_seqs, max_lens)):
+        t = slice(a * shape.tokens, (a + 1) * shape.tokens)
+        batches.append(MicroBatch(inputs[t], targets[t], SequenceBoundaries(cu_seqlens[c: c + n + 1], max_len)))
+        c += n + 1
+    return batches
+
+
+# ----------------------------------------------------------------------------------------------------
+# Data: the PrefetchLoader
+
+
+class PrefetchLoader:
+    """send(shape) returns this step's micro-batches, already on the device, and before returning starts
+    the host-to-device copy of the next step's batch on its own copy stream.
+
+    Pipeline: a worker thread builds batch k+2 in pinned host memory while batch k+1 is being copied and
+    batch k is being trained on. Lifetimes: a host slot is refilled only after the event of the copy that
+    read it (HostBuffers.reserve); the compute stream waits on the copy's event, never on the device; and
+    tensors handed out are record_stream'ed on the compute stream so the allocator cannot reuse them early.
+    If the shape changes, prefetched batches are dropped and rebuilt from where they started. An exception
+    in the worker surfaces, with its traceback, from the send() that needs that batch.
+    """
+
+    SLOTS = 3  # batch k being computed on, k+1 being copied, k+2 being built
+
+    def __init__(self, source, device):
+        self.source, self.device = source, device
+        self.cuda = device.type == "cuda"
+        self.copy_stream = torch.cuda.Stream(device) if self.cuda else None
+        self.slots = [HostBuffers(self.cuda) for _ in range(self.SLOTS)]
+        self.worker = ThreadPoolExecutor(1, thread_name_prefix="batch-builder")
+        self.next_slot = 0
+        self.cursor = source.start  # touched only by the worker, or while it is idle
+        self.uploaded = None  # the next batch: on its way to the device, or a failed Future
+        self.building = None  # Future of the batch after it
+
+    def _build(self, shape, slot):
+        buffers = self.slots[slot]
+        start = self.cursor
+        num_seqs, max_lens, self.cursor = self.source.build(start, shape, buffers)
+        return HostBatch(shape, start, buffers, num_seqs, max_lens)
+
+    def _submit(self, shape):
+        slot, self.next_slot = self.next_slot, (self.next_slot + 1) % self.SLOTS
+        return self.worker.submit(self._build, shape, slot)
+
+    def _upload(self, future):
+        """Start copying a built batch to the device; a failed build is kept to be raised when needed."""
+        if future.exception() is not None:
+            return future
+        host = future.result()
+        n_tokens = host.shape.tokens * host.shape.accum_steps
+        n_cu = sum(n + 1 for n in host.num_seqs)
+        buffers = host.buffers
+        tensors = (buffers.inputs[:n_tokens], buffers.targets[:n_tokens], buffers.cu_seqlens[:n_cu])
+        if self.cuda:
+            with torch.cuda.stream(self.copy_stream):
+                tensors = [t.to(self.device, non_blocking=True) for t in tensors]
+                buffers.copied.record(self.copy_stream)
+        else:
+            tensors = [t.clone() for t in tensors]
+        return host, tensors
+
+    def restart(self, cursor=None):
+        """Drop prefetched batches; the next send() starts from `cursor` (default: where they started)."""
+        if self.building is not None:
+            wait([self.building])  # the worker is idle from here on; a failure of a dropped batch is moot
+        if cursor is None and isinstance(self.uploaded, tuple):
+            cursor = self.uploaded[0].start
+        if cursor is not None:
+            self.cursor = cursor
+        self.uploaded = self.building = None
+
+    def send(self, shape):
+        if isinstance(self.uploaded, tuple) and self.uploaded[0].shape != shape:
+            self.restart()
+        if self.uploaded is None:
+            self.uploaded = self._upload(self._submit(shape))
+            self.building = self._submit(shape)
+        if isinstance(self.uploaded, Future):
+            self.uploaded.result()  # raises the worker's exception
+        (host, tensors), self.uploaded = self.uploaded, self._upload(self.building)
+        self.building = self._submit(shape)
+        if self.cuda:
+            compute = torch.cuda.current_stream(self.device)
+            compute.wait_event(host.buffers.copied)  # recorded right after this batch's copy
+            for t in tensors:
+                t.record_stream(compute)
+        return _micro_batches(shape, *tensors, host.num_seqs, host.max_lens)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Logging: one file per run, rank 0 only, the script's own source first so that a log reproduces its run
+
+
+class RunLog:
+    def __init__(self, path):
+        self.file = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.file = open(path, "x", buffering=1)  # "x": never overwrite a log; line-buffered: flushed
+
+    def __call__(self, line, echo=True):
+        if self.file is not None:
+            self.file.write(line + "\n")
+            if echo:
+                print(line, flush=True)
+
+
+def environment(world_size, device):
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "none"
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    return (f"python={platform.python_version()} torch={torch.__version__} cuda={torch.version.cuda} "
+            f"triton={triton_version} world_size={world_size} device={name}")
+
+
+def nvidia_smi():
+    try:
+        return subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout.rstrip()
+    except (OSError, subprocess.SubprocessError):
+        return "not available"
+
+
+def write_log_header(log, run_id, args, world_size, device):
+    source = Path(__file__).read_text()
+    log("train_gpt.py run log", echo=False)
+    log(f"run_id: {run_id}")
+    log(f"code_sha256: {hashlib.sha256(source.encode()).hexdigest()}")
+    log(f"command: {' '.join(sys.argv)}")
+    log("==== source train_gpt.py ====", echo=False)
+    for line in source.splitlines():
+        log(line, echo=False)
+    log("==== end source ====", echo=False)
+    log(f"hyperparameters: {json.dumps(dataclasses.asdict(args))}")
+    log(f"environment: {environment(world_size, device)}")
+    log("==== nvidia-smi ====", echo=False)
+    log(nvidia_smi(), echo=False)
+    log("==== end nvidia-smi ====", echo=False)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Training
+
+
+def main():
+    args = parse_args(sys.argv[1:])
+    rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if world_size > 1:
+        dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
+    if args.batch_tokens % (world_size * args.micro_batch_tokens):
+        raise SystemExit(f"batch_tokens={args.batch_tokens} is not a multiple of world_size * micro_batch_tokens"
+                         f" = {world_size} * {args.micro_batch_tokens}")
+    shape = BatchShape(args.micro_batch_tokens, args.max_seq_len,
+                       args.batch_tokens // (world_size * args.micro_batch_tokens))
+    val_shape = BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
+
+    run_id = f"{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
+    log = RunLog(Path("logs") / f"{run_id}.txt" if rank == 0 else None)
+    write_log_header(log, run_id, args, world_size, device)
+    startup = {"imports": time.perf_counter() - PROCESS_START}
+
+    clock = time.perf_counter()
+    torch.manual_seed(args.seed)
+    model = GPT(args, fp8=cuda and torch.cuda.get_device_capability(device) >= (9, 0)).to(device)
+    if cuda:
+        for embedding in (model.embed, *model.value_embeds):
+            embedding.bfloat16()  # activations follow the embeddings' dtype: bf16 throughout
+        for block in model.blocks:
+            block.compile()  # one graph, reused by every layer of the same structure
+        model.head.compile()
+    for p in model.parameters():
+        if world_size > 1:
+            dist.broadcast(p.detach(), 0)
+    train_source = TrainSource(args.train_files, rank, world_size, args.repeat_train_files, pin_memory=cuda)
+    val_source = ValSource(args.val_files, args.val_tokens, args.val_seq_tokens, rank, world_size)
+    train_loader, val_loader = PrefetchLoader(train_source, device), PrefetchLoader(val_source, device)
+    startup["model and data"] = time.perf_counter() - clock
+
+    def train_step(step, adam, muon):
+        window = long_window(step, args)
+        loss = torch.zeros((), device=device)
+        for micro in train_loader.send(shape):
+            micro_loss = model(micro.inputs, micro.targets, micro.seqs, window)
+            micro_loss.backward()
+            loss += micro_loss.detach()
+        for opt in (adam, muon):
+            for group in opt.param_groups:
+                group["lr"] = group["initial_lr"] * lr_multiplier(step, args)
+        for group in muon.param_groups:
+            group["momentum"] = muon_momentum(step, args)
+        reductions = []
+        if world_size > 1:  # Adam's gradients are summed while Muon communicates and computes
+            reductions = [dist.all_reduce(p.grad, async_op=True) for g in adam.param_groups for p in g["params"]]
+            reductions.append(dist.all_reduce(loss, async_op=True))
+        muon.step()
+        for work in reductions:
+            work.wait()
+        adam.step()
+        model.zero_grad(set_to_none=True)
+        return loss / args.batch_tokens
+
+    @torch.no_grad()
+    def evaluate(step):
+        loss = torch.zeros((), device=device)
+        for _ in range(val_source.batches_for_rank(rank)):
+            (micro,) = val_loader.send(val_shape)
+            loss += model(micro.inputs, micro.targets, micro.seqs, long_window(step, args))
+        if world_size > 1:
+            dist.all_reduce(loss)
+        return loss.item() / args.val_tokens
+
+    # Compile and warm up on real batches and every shape of the run, untimed; then undo its effects.
+    initial_state = {k: v.clone() for k, v in model.state_dict().items()}
+    adam, muon = make_optimizers(model, args, rank, world_size, device)
+    for step in range(args.warmup_steps):
+        clock = time.perf_counter()
+        train_step(step, adam, muon).item()
+        startup["first step (compile)" if step == 0 else "warm-up steps"] = (
+            startup.get("warm-up steps", 0) + time.perf_counter() - clock)
+    if args.warmup_steps:
+        clock = time.perf_counter()
+        evaluate(0)
+        startup["validation warm-up"] = time.perf_counter() - clock
+        model.load_state_dict(initial_state)
+        adam, muon = make_optimizers(model, args, rank, world_size, device)
+        train_loader.restart(train_source.start)
+        val_loader.restart(val_source.start)
+    startup["total"] = time.perf_counter() - PROCESS_START
+    log("startup: " + ", ".join(f"{k} {v:.1f}s" for k, v in startup.items()))
+
+    N = args.num_iterations
+    training_time, val_loss = 0.0, float("nan")
+    timed = lambda step: f"train_time:{1000 * training_time:.1f}ms step_avg:{1000 * training_time / max(step, 1):.2f}ms"  # noqa: E731
+    clock = time.perf_counter()
+    for step in range(N + 1):
+        if step in (0, N) or (args.val_loss_every and step % args.val_loss_every == 0):
+            val_loss = evaluate(step)  # the clock is stopped: it restarts below
+            log(f"step:{step}/{N} val_loss:{val_loss:.4f} {timed(step)}")
+            clock = time.perf_counter()
+        if step == N:
+            break
+        train_loss = train_step(step, adam, muon).item()  # waits for the whole step
+        now = time.perf_counter()
+        training_time, clock = training_time + now - clock, now
+        if not math.isfinite(train_loss):
+            log(f"error: training loss is {train_loss} at step {step + 1}; stopping")
+            raise SystemExit(1)
+        log(f"step:{step + 1}/{N} train_loss:{train_loss:.4f} {timed(step + 1)}")
+
+    if cuda:
+        log(f"peak_memory: allocated={torch.cuda.max_memory_allocated() // 2**20}MiB "
+            f"reserved={torch.cuda.max_memory_reserved() // 2**20}MiB")
+    log(f"final val_loss:{val_loss:.4f} {timed(N)} steps:{N}")
+    if world_size > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
