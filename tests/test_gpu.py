@@ -1,0 +1,65 @@
+"""Checks of the CUDA-only paths: run on a GPU machine with `python -m pytest tests/test_gpu.py`.
+Skipped where there is no GPU (CI)."""
+import numpy as np
+import pytest
+import torch
+
+import train_gpt as tg
+from conftest import random_documents
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def rel_error(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+@pytest.mark.parametrize("window", [64, 300, 4096])
+def test_varlen_attention_matches_dense(window):
+    torch.manual_seed(0)
+    T, H, D = 2048, 4, 128
+    cu = torch.tensor([0, 1, 700, 701, 1500, 2048], dtype=torch.int32, device="cuda")
+    q, k, v = (torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    seqs = tg.SequenceBoundaries(cu, int((cu[1:] - cu[:-1]).max()))
+    out = tg.attention(q, k, v, seqs, window)
+    ref = tg.dense_attention(q.float(), k.float(), v.float(), cu, window)
+    assert rel_error(out, ref) < 1e-2
+    grad = torch.randn_like(out)
+    g_fast = torch.autograd.grad(out, (q, k, v), grad)
+    g_ref = torch.autograd.grad(ref, (q, k, v), grad.float())
+    for a, b in zip(g_fast, g_ref):
+        assert rel_error(a, b) < 2e-2
+
+
+def test_fp8_head_matmul_matches_bf16():
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("FP8 matmul needs Hopper")
+    torch.manual_seed(0)
+    x = tg.rms_norm(torch.randn(1024, 768, device="cuda")).bfloat16().requires_grad_()
+    w = (0.05 * torch.randn(50304, 768, device="cuda")).clamp(-0.8, 0.8).requires_grad_()
+    out = tg.FP8Matmul.apply(x, w, 768**0.5 / 448, 2**-9, 1 / 448)
+    ref = x.float() @ w.T
+    assert out.dtype == torch.bfloat16 and rel_error(out, ref) < 0.08
+    grad = (torch.rand_like(ref) - 0.5) * 2  # the head's gradients lie in [-1, 1]
+    gx, gw = torch.autograd.grad(out, (x, w), grad.bfloat16())
+    rx, rw = torch.autograd.grad(ref, (x, w), grad)
+    assert rel_error(gx, rx) < 0.1 and rel_error(gw, rw) < 0.1
+
+
+def test_prefetch_loader_on_gpu_equals_reference_under_slow_compute(make_shards):
+    """The copy stream runs ahead of a compute stream held back by sleep kernels: batches must still equal
+    the synchronous reference, which would fail if a host slot were refilled before its copy finished."""
+    rng = np.random.default_rng(0)
+    pattern = make_shards("gpu", [np.concatenate(random_documents(rng, 400)) for _ in range(3)])
+    shapes = [tg.BatchShape(512, 128, 2)] * 30 + [tg.BatchShape(256, 64, 4)] * 30
+    source = tg.TrainSource(pattern, 1, 2, repeat=True, pin_memory=True)
+    loader = tg.PrefetchLoader(source, torch.device("cuda"))
+    reference = tg.synchronous_batches(tg.TrainSource(pattern, 1, 2, repeat=True), shapes)
+    for shape, expected in zip(shapes, reference):
+        got = loader.send(shape)
+        torch.cuda._sleep(2_000_000)  # about a millisecond of compute-stream work after the send
+        copies = [(m.inputs.clone(), m.targets.clone(), m.seqs.cu_seqlens.clone(), m.seqs.max_len) for m in got]
+        for (inputs, targets, cu, max_len), e in zip(copies, expected):
+            assert torch.equal(inputs.cpu(), e.inputs) and torch.equal(targets.cpu(), e.targets)
+            assert torch.equal(cu.cpu(), e.seqs.cu_seqlens) and max_len == e.seqs.max_len
+    assert loader.copy_stream != torch.cuda.current_stream()
