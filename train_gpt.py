@@ -257,15 +257,16 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim, head_dim, max_len):
+    def __init__(self, dim, head_dim, max_len, attention=True):
         super().__init__()
         self.residual_mix = nn.Parameter(torch.tensor([1.0, 0.0]))  # residual stream vs. the embedding x0
-        self.attn = Attention(dim, head_dim, max_len)
+        self.attn = Attention(dim, head_dim, max_len) if attention else None
         self.mlp = MLP(dim)
 
     def forward(self, x, x0, value_embed, seqs, window):
         x = self.residual_mix[0] * x + self.residual_mix[1] * x0
-        x = x + self.attn(rms_norm(x), value_embed, seqs, window)
+        if self.attn is not None:
+            x = x + self.attn(rms_norm(x), value_embed, seqs, window)
         return x + self.mlp(rms_norm(x))
 
 
@@ -294,14 +295,15 @@ class GPT(nn.Module):
         self.embed = nn.Embedding(args.vocab_size, dim)
         # value embeddings feed the first and the last layers, mirrored as in a U-net
         self.value_embeds = nn.ModuleList(nn.Embedding(args.vocab_size, dim) for _ in range(min(3, L // 2)))
-        self.blocks = nn.ModuleList(Block(dim, args.head_dim, max_len) for _ in range(L))
+        # the layer just past the middle does without attention (found by the public speedrun)
+        self.blocks = nn.ModuleList(Block(dim, args.head_dim, max_len, attention=i != L // 2 + 1) for i in range(L))
         self.skip_weights = nn.Parameter(torch.ones(L // 2))  # U-net: layer i feeds layer L-1-i
         self.head = Head(dim, args.vocab_size, fp8)
 
     def layer_windows(self, long_window):
-        """Every fourth layer and the last see the long window, the others half of it."""
+        """The first layer, the one a third of the way up and the last see the long window; the others half."""
         L = len(self.blocks)
-        return [long_window if i % 4 == 0 or i == L - 1 else long_window // 2 for i in range(L)]
+        return [long_window if i in (0, L // 3, L - 1) else long_window // 2 for i in range(L)]
 
     def forward(self, inputs, targets, seqs, long_window):
         """Summed cross-entropy of one packed batch: inputs and targets are 1-D token tensors."""
@@ -810,6 +812,48 @@ def write_log_header(log, run_id, args, world_size, device):
 # Training
 
 
+def build_model(args, device, world_size):
+    """The model on `device`, identical on every rank; on CUDA with bf16 embeddings and compiled blocks."""
+    cuda = device.type == "cuda"
+    torch.manual_seed(args.seed)
+    model = GPT(args, fp8=cuda and torch.cuda.get_device_capability(device) >= (9, 0)).to(device)
+    if cuda:
+        for embedding in (model.embed, *model.value_embeds):
+            embedding.bfloat16()  # activations follow the embeddings' dtype: bf16 throughout
+        for block in model.blocks:
+            block.compile()  # regional compilation: one graph serves every layer of the same structure
+        model.head.compile()
+    if world_size > 1:
+        for p in model.parameters():
+            dist.broadcast(p.detach(), 0)
+    return model
+
+
+def train_step(model, micro_batches, adam, muon, step, args, world_size):
+    """One optimizer step over a step's micro-batches; returns the mean loss per token (a device scalar)."""
+    window = long_window(step, args)
+    loss = torch.zeros((), device=micro_batches[0].inputs.device)
+    for micro in micro_batches:
+        micro_loss = model(micro.inputs, micro.targets, micro.seqs, window)
+        micro_loss.backward()
+        loss += micro_loss.detach()
+    for opt in (adam, muon):
+        for group in opt.param_groups:
+            group["lr"] = group["initial_lr"] * lr_multiplier(step, args)
+    for group in muon.param_groups:
+        group["momentum"] = muon_momentum(step, args)
+    reductions = []
+    if world_size > 1:  # Adam's gradients are summed while Muon communicates and computes
+        reductions = [dist.all_reduce(p.grad, async_op=True) for g in adam.param_groups for p in g["params"]]
+        reductions.append(dist.all_reduce(loss, async_op=True))
+    muon.step()
+    for work in reductions:
+        work.wait()
+    adam.step()
+    model.zero_grad(set_to_none=True)
+    return loss / args.batch_tokens
+
+
 def main():
     args = parse_args(sys.argv[1:])
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -832,44 +876,11 @@ def main():
     startup = {"imports": time.perf_counter() - PROCESS_START}
 
     clock = time.perf_counter()
-    torch.manual_seed(args.seed)
-    model = GPT(args, fp8=cuda and torch.cuda.get_device_capability(device) >= (9, 0)).to(device)
-    if cuda:
-        for embedding in (model.embed, *model.value_embeds):
-            embedding.bfloat16()  # activations follow the embeddings' dtype: bf16 throughout
-        for block in model.blocks:
-            block.compile()  # one graph, reused by every layer of the same structure
-        model.head.compile()
-    for p in model.parameters():
-        if world_size > 1:
-            dist.broadcast(p.detach(), 0)
+    model = build_model(args, device, world_size)
     train_source = TrainSource(args.train_files, rank, world_size, args.repeat_train_files, pin_memory=cuda)
     val_source = ValSource(args.val_files, args.val_tokens, args.val_seq_tokens, rank, world_size)
     train_loader, val_loader = PrefetchLoader(train_source, device), PrefetchLoader(val_source, device)
     startup["model and data"] = time.perf_counter() - clock
-
-    def train_step(step, adam, muon):
-        window = long_window(step, args)
-        loss = torch.zeros((), device=device)
-        for micro in train_loader.send(shape):
-            micro_loss = model(micro.inputs, micro.targets, micro.seqs, window)
-            micro_loss.backward()
-            loss += micro_loss.detach()
-        for opt in (adam, muon):
-            for group in opt.param_groups:
-                group["lr"] = group["initial_lr"] * lr_multiplier(step, args)
-        for group in muon.param_groups:
-            group["momentum"] = muon_momentum(step, args)
-        reductions = []
-        if world_size > 1:  # Adam's gradients are summed while Muon communicates and computes
-            reductions = [dist.all_reduce(p.grad, async_op=True) for g in adam.param_groups for p in g["params"]]
-            reductions.append(dist.all_reduce(loss, async_op=True))
-        muon.step()
-        for work in reductions:
-            work.wait()
-        adam.step()
-        model.zero_grad(set_to_none=True)
-        return loss / args.batch_tokens
 
     @torch.no_grad()
     def evaluate(step):
@@ -886,7 +897,7 @@ def main():
     adam, muon = make_optimizers(model, args, rank, world_size, device)
     for step in range(args.warmup_steps):
         clock = time.perf_counter()
-        train_step(step, adam, muon).item()
+        train_step(model, train_loader.send(shape), adam, muon, step, args, world_size).item()
         startup["first step (compile)" if step == 0 else "warm-up steps"] = (
             startup.get("warm-up steps", 0) + time.perf_counter() - clock)
     if args.warmup_steps:
@@ -911,7 +922,7 @@ def main():
             clock = time.perf_counter()
         if step == N:
             break
-        train_loss = train_step(step, adam, muon).item()  # waits for the whole step
+        train_loss = train_step(model, train_loader.send(shape), adam, muon, step, args, world_size).item()
         now = time.perf_counter()
         training_time, clock = training_time + now - clock, now
         if not math.isfinite(train_loss):
