@@ -62,16 +62,17 @@ class Hyperparameters:
     scalar_lr: float = 0.04
     # run
     val_loss_every: int = 125  # 0: only at the start and the end
-    warmup_steps: int = 10  # untimed steps that compile and warm up kernels; their effect is undone
+    warmup_steps: int = 3  # untimed steps that compile and warm up kernels; their effect is undone
+    compile_cache: str = ".compile_cache"  # compiled kernels kept here for later runs; "" keeps none
     seed: int = 0
     smoke: bool = False  # start from SMOKE_SETTINGS: a CPU-sized run on data/sample
 
 
 SMOKE_SETTINGS = dict(
     train_files="data/sample/sample_train_*.bin", val_files="data/sample/sample_val_*.bin",
-    repeat_train_files=True, val_tokens=32768, val_seq_tokens=4096, batch_tokens=4096,
-    micro_batch_tokens=2048, max_seq_len=512, num_layers=4, model_dim=128, head_dim=32,
-    num_iterations=60, window_max=256, muon_momentum_warmup_steps=20, val_loss_every=20, warmup_steps=0,
+    repeat_train_files=True, val_tokens=8192, val_seq_tokens=4096, batch_tokens=2048, micro_batch_tokens=1024,
+    max_seq_len=512, num_layers=4, model_dim=64, head_dim=32, num_iterations=24, window_max=256,
+    muon_momentum_warmup_steps=10, val_loss_every=8, warmup_steps=0,
 )
 
 
@@ -812,6 +813,30 @@ def write_log_header(log, run_id, args, world_size, device):
 # Training
 
 
+def load_compile_cache(directory, log):
+    """Point Inductor's and Triton's on-disk caches into `directory` and load PyTorch's portable cache
+    artifacts from it, so that a later run, here or on a fresh machine given the same directory, skips
+    most of the compilation. The caches are keyed by content hashes: a stale entry is not used."""
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(path.resolve() / "inductor"))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(path.resolve() / "triton"))
+    artifacts = path / "artifacts.bin"
+    if artifacts.exists():
+        try:
+            torch.compiler.load_cache_artifacts(artifacts.read_bytes())
+        except Exception as error:  # a corrupt or foreign file: compile from scratch instead
+            log(f"warning: compile cache {artifacts} could not be loaded ({error!r}); compiling from scratch")
+
+
+def save_compile_cache(directory):
+    saved = torch.compiler.save_cache_artifacts()
+    if saved is not None:
+        partial = Path(directory) / f"artifacts.bin.{os.getpid()}"
+        partial.write_bytes(saved[0])
+        partial.replace(Path(directory) / "artifacts.bin")
+
+
 def build_model(args, device, world_size):
     """The model on `device`, identical on every rank; on CUDA with bf16 embeddings and compiled blocks."""
     cuda = device.type == "cuda"
@@ -876,6 +901,8 @@ def main():
     startup = {"imports": time.perf_counter() - PROCESS_START}
 
     clock = time.perf_counter()
+    if cuda and args.compile_cache:
+        load_compile_cache(args.compile_cache, log)
     model = build_model(args, device, world_size)
     train_source = TrainSource(args.train_files, rank, world_size, args.repeat_train_files, pin_memory=cuda)
     val_source = ValSource(args.val_files, args.val_tokens, args.val_seq_tokens, rank, world_size)
@@ -883,9 +910,9 @@ def main():
     startup["model and data"] = time.perf_counter() - clock
 
     @torch.no_grad()
-    def evaluate(step):
+    def evaluate(step, num_batches=val_source.batches_for_rank(rank)):
         loss = torch.zeros((), device=device)
-        for _ in range(val_source.batches_for_rank(rank)):
+        for _ in range(num_batches):
             (micro,) = val_loader.send(val_shape)
             loss += model(micro.inputs, micro.targets, micro.seqs, long_window(step, args))
         if world_size > 1:
@@ -898,12 +925,14 @@ def main():
     for step in range(args.warmup_steps):
         clock = time.perf_counter()
         train_step(model, train_loader.send(shape), adam, muon, step, args, world_size).item()
-        startup["first step (compile)" if step == 0 else "warm-up steps"] = (
-            startup.get("warm-up steps", 0) + time.perf_counter() - clock)
+        phase = "first step (compile)" if step == 0 else "warm-up steps"
+        startup[phase] = startup.get(phase, 0) + time.perf_counter() - clock
     if args.warmup_steps:
         clock = time.perf_counter()
-        evaluate(0)
+        evaluate(0, num_batches=1)  # compiles the validation shape
         startup["validation warm-up"] = time.perf_counter() - clock
+        if cuda and args.compile_cache and rank == 0:
+            save_compile_cache(args.compile_cache)
         model.load_state_dict(initial_state)
         adam, muon = make_optimizers(model, args, rank, world_size, device)
         train_loader.restart(train_source.start)
