@@ -119,7 +119,6 @@ def attention(q, k, v, seqs, window):
     return dense_attention(q, k, v, seqs.cu_seqlens, window)
 
 
-@torch.compiler.disable  # a graph break, so that window sizes never trigger a recompile
 def _varlen_attention(q, k, v, cu_seqlens, max_len, window):
     from torch.nn.attention.varlen import varlen_attn
     return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, scale=ATTENTION_SCALE,
@@ -234,7 +233,8 @@ class Attention(nn.Module):
         self.gate = CastedLinear(12, self.num_heads, zero_init=True)  # per-head output gate from x[:12]
         self.out = CastedLinear(dim, dim, zero_init=True)
 
-    def forward(self, x, value_embed, seqs, window):
+    def project(self, x, value_embed):
+        """Queries, keys and values of the normalised input x: (tokens, heads, head_dim) each."""
         T = x.size(0)
         qkv = F.linear(x, self.qkv.flatten(0, 1).type_as(x)).view(T, 3 * self.num_heads, self.head_dim)
         q, k, v = qkv.chunk(3, dim=1)
@@ -242,7 +242,10 @@ class Attention(nn.Module):
         v = self.value_mix[0] * v
         if value_embed is not None:
             v = v + self.value_mix[1] * value_embed.view_as(v)
-        y = attention(q, k, v, seqs, window)
+        return q, k, v
+
+    def finish(self, x, y):
+        """The gated, projected output, from the normalised input x and the attention output y."""
         y = y * torch.sigmoid(self.gate(x[:, :12])).unsqueeze(-1)
         return self.out(y.flatten(1))
 
@@ -258,6 +261,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
+    """A transformer block. Its forward is split at the attention call: the parts on either side are what
+    gets compiled, so that windows and sequence boundaries, which change from batch to batch, never enter
+    a compiled graph and cause recompiles."""
+
     def __init__(self, dim, head_dim, max_len, attention=True):
         super().__init__()
         self.residual_mix = nn.Parameter(torch.tensor([1.0, 0.0]))  # residual stream vs. the embedding x0
@@ -265,10 +272,28 @@ class Block(nn.Module):
         self.mlp = MLP(dim)
 
     def forward(self, x, x0, value_embed, seqs, window):
+        if self.attn is None:
+            return self.mix_and_mlp(x, x0)
+        x, normed, q, k, v = self.before_attention(x, x0, value_embed)
+        return self.after_attention(x, normed, attention(q, k, v, seqs, window))
+
+    def before_attention(self, x, x0, value_embed):
         x = self.residual_mix[0] * x + self.residual_mix[1] * x0
-        if self.attn is not None:
-            x = x + self.attn(rms_norm(x), value_embed, seqs, window)
+        normed = rms_norm(x)
+        return x, normed, *self.attn.project(normed, value_embed)
+
+    def after_attention(self, x, normed, y):
+        x = x + self.attn.finish(normed, y)
         return x + self.mlp(rms_norm(x))
+
+    def mix_and_mlp(self, x, x0):
+        x = self.residual_mix[0] * x + self.residual_mix[1] * x0
+        return x + self.mlp(rms_norm(x))
+
+    def compile(self):
+        """Regional compilation: each part is one graph shared by every layer of the same structure."""
+        for part in ("before_attention", "after_attention", "mix_and_mlp"):
+            setattr(self, part, torch.compile(getattr(self, part)))
 
 
 class Head(nn.Module):
@@ -846,7 +871,7 @@ def build_model(args, device, world_size):
         for embedding in (model.embed, *model.value_embeds):
             embedding.bfloat16()  # activations follow the embeddings' dtype: bf16 throughout
         for block in model.blocks:
-            block.compile()  # regional compilation: one graph serves every layer of the same structure
+            block.compile()
         model.head.compile()
     if world_size > 1:
         for p in model.parameters():
