@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention.varlen import varlen_attn
 
 # ----------------------------------------------------------------------------------------------------
 # Hyperparameters (defaults: the 8-GPU FineWeb record; the same global batch on any number of GPUs)
@@ -43,7 +44,7 @@ class Hyperparameters:
     val_seq_tokens: int = 64 * 1024  # tokens per validation forward pass
     batch_tokens: int = 8 * 48 * 1024  # tokens per optimizer step, over all GPUs
     micro_batch_tokens: int = 48 * 1024  # tokens per forward pass on one GPU
-    max_seq_len: int = 2048  # training documents are cut to this length
+    max_seq_len: int = 2048  # longer training documents are split into attention sequences this long
     # model
     vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 128
     num_layers: int = 12
@@ -115,14 +116,9 @@ def attention(q, k, v, seqs, window):
     FlashAttention through PyTorch's varlen_attn; elsewhere a dense masked product (tests, smoke run).
     """
     if q.is_cuda:
-        return _varlen_attention(q, k, v, seqs.cu_seqlens, seqs.max_len, window)
+        cu, n = seqs.cu_seqlens, seqs.max_len
+        return varlen_attn(q, k, v, cu, cu, n, n, scale=ATTENTION_SCALE, window_size=(window - 1, 0))
     return dense_attention(q, k, v, seqs.cu_seqlens, window)
-
-
-def _varlen_attention(q, k, v, cu_seqlens, max_len, window):
-    from torch.nn.attention.varlen import varlen_attn
-    return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, scale=ATTENTION_SCALE,
-                       window_size=(window - 1, 0))
 
 
 def dense_attention(q, k, v, cu_seqlens, window):
@@ -360,12 +356,12 @@ class Muon(torch.optim.Optimizer):
     the next group's arithmetic.
     """
 
-    def __init__(self, params, lr, momentum, rank=0, world_size=1):
+    def __init__(self, params, lr, momentum, world_size=1):
         by_shape = {}
         for p in params:
             by_shape.setdefault(tuple(p.shape), []).append(p)
         super().__init__([dict(params=ps) for ps in by_shape.values()], dict(lr=lr, momentum=momentum))
-        self.rank, self.world_size = rank, world_size
+        self.world_size = world_size
 
     @torch.no_grad()
     def step(self):
@@ -404,7 +400,7 @@ class Muon(torch.optim.Optimizer):
             torch._foreach_add_(params, list(updates[: len(params)].unbind(0)), alpha=scale)
 
 
-def make_optimizers(model, args, rank, world_size, device):
+def make_optimizers(model, args, world_size, device):
     matrices = [p for p in model.blocks.parameters() if p.ndim >= 2]
     scalars = [p for p in model.parameters() if p.ndim < 2]
     adam = torch.optim.Adam(
@@ -412,7 +408,7 @@ def make_optimizers(model, args, rank, world_size, device):
          dict(params=[model.embed.weight, *model.value_embeds.parameters()], lr=args.embed_lr),
          dict(params=scalars, lr=args.scalar_lr)],
         betas=(0.8, 0.95), eps=1e-10, fused=device.type == "cuda")
-    muon = Muon(matrices, lr=args.muon_lr, momentum=0.95, rank=rank, world_size=world_size)
+    muon = Muon(matrices, lr=args.muon_lr, momentum=0.95, world_size=world_size)
     assert len(matrices) + sum(len(g["params"]) for g in adam.param_groups) == len(list(model.parameters()))
     for opt in (adam, muon):
         for group in opt.param_groups:
@@ -607,6 +603,7 @@ class TrainSource:
     def _micro_batch(self, cursor, shape):
         """The documents (tokens, starts, lengths) of the micro-batch at `cursor`, and the cursor after it."""
         shard, doc = cursor
+        too_short = 0  # whole shards in a row that could not fill a micro-batch
         while True:
             if shard >= len(self.paths) and not self.repeat:
                 raise EndOfData(f"training data exhausted after {len(self.paths)} shards matching the train "
@@ -618,6 +615,9 @@ class TrainSource:
                 cut = lengths[doc: doc + n + 1].copy()
                 cut[n] -= filled[n] - shape.tokens
                 return (tokens, starts[doc: doc + n + 1], cut), (shard, doc + n + 1)
+            too_short += doc == 0
+            if too_short == len(self.paths):
+                raise ValueError(f"no train shard holds a micro-batch of {shape.tokens} tokens of documents")
             shard, doc = shard + 1, 0
 
     def build(self, cursor, shape, buffers):
@@ -946,7 +946,7 @@ def main():
 
     # Compile and warm up on real batches and every shape of the run, untimed; then undo its effects.
     initial_state = {k: v.clone() for k, v in model.state_dict().items()}
-    adam, muon = make_optimizers(model, args, rank, world_size, device)
+    adam, muon = make_optimizers(model, args, world_size, device)
     for step in range(args.warmup_steps):
         clock = time.perf_counter()
         train_step(model, train_loader.send(shape), adam, muon, step, args, world_size).item()
@@ -954,12 +954,12 @@ def main():
         startup[phase] = startup.get(phase, 0) + time.perf_counter() - clock
     if args.warmup_steps:
         clock = time.perf_counter()
-        evaluate(0, num_batches=1)  # compiles the validation shape
+        evaluate(0, num_batches=min(1, val_source.batches_for_rank(rank)))  # compiles the validation shape
         startup["validation warm-up"] = time.perf_counter() - clock
         if cuda and args.compile_cache and rank == 0:
             save_compile_cache(args.compile_cache)
         model.load_state_dict(initial_state)
-        adam, muon = make_optimizers(model, args, rank, world_size, device)
+        adam, muon = make_optimizers(model, args, world_size, device)
         train_loader.restart(train_source.start)
         val_loader.restart(val_source.start)
     startup["total"] = time.perf_counter() - PROCESS_START

@@ -49,7 +49,7 @@ class ResidentLoader:
 
 
 def time_steps(model, loader, shape, args, steps, warmup=3):
-    adam, muon = tg.make_optimizers(model, args, 0, 1, torch.device("cuda"))
+    adam, muon = tg.make_optimizers(model, args, 1, torch.device("cuda"))
     times = []
     for step in range(warmup + steps):
         start = time.perf_counter()
@@ -82,7 +82,7 @@ def main():
     results["prefetch (again)"] = time_steps(model, prefetch, shape, args, steps)  # run-to-run spread
 
     Path("traces").mkdir(exist_ok=True)
-    adam, muon = tg.make_optimizers(model, args, 0, 1, device)
+    adam, muon = tg.make_optimizers(model, args, 1, device)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for step in range(2):
             tg.train_step(model, prefetch.send(shape), adam, muon, step, args, 1).item()
