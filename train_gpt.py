@@ -862,6 +862,12 @@ def save_compile_cache(directory):
         partial.replace(Path(directory) / "artifacts.bin")
 
 
+def compile_regions(model):
+    for block in model.blocks:
+        block.compile()
+    model.head.compile()
+
+
 def build_model(args, device, world_size):
     """The model on `device`, identical on every rank; on CUDA with bf16 embeddings and compiled blocks."""
     cuda = device.type == "cuda"
@@ -870,9 +876,7 @@ def build_model(args, device, world_size):
     if cuda:
         for embedding in (model.embed, *model.value_embeds):
             embedding.bfloat16()  # activations follow the embeddings' dtype: bf16 throughout
-        for block in model.blocks:
-            block.compile()
-        model.head.compile()
+        compile_regions(model)
     if world_size > 1:
         for p in model.parameters():
             dist.broadcast(p.detach(), 0)
@@ -967,7 +971,10 @@ def main():
 
     N = args.num_iterations
     training_time, val_loss = 0.0, float("nan")
-    timed = lambda step: f"train_time:{1000 * training_time:.1f}ms step_avg:{1000 * training_time / max(step, 1):.2f}ms"  # noqa: E731
+
+    def timed(step):
+        return f"train_time:{1000 * training_time:.1f}ms step_avg:{1000 * training_time / max(step, 1):.2f}ms"
+
     clock = time.perf_counter()
     for step in range(N + 1):
         if step in (0, N) or (args.val_loss_every and step % args.val_loss_every == 0):
