@@ -274,16 +274,20 @@ class Block(nn.Module):
         return self.after_attention(x, normed, attention(q, k, v, seqs, window))
 
     def before_attention(self, x, x0, value_embed):
-        x = self.residual_mix[0] * x + self.residual_mix[1] * x0
+        x = self.mix(x, x0)
         normed = rms_norm(x)
         return x, normed, *self.attn.project(normed, value_embed)
 
     def after_attention(self, x, normed, y):
-        x = x + self.attn.finish(normed, y)
-        return x + self.mlp(rms_norm(x))
+        return self.add_mlp(x + self.attn.finish(normed, y))
 
     def mix_and_mlp(self, x, x0):
-        x = self.residual_mix[0] * x + self.residual_mix[1] * x0
+        return self.add_mlp(self.mix(x, x0))
+
+    def mix(self, x, x0):
+        return self.residual_mix[0] * x + self.residual_mix[1] * x0
+
+    def add_mlp(self, x):
         return x + self.mlp(rms_norm(x))
 
     def compile(self):
@@ -568,6 +572,13 @@ class HostBatch:
     num_seqs: list  # per micro-batch
     max_lens: list  # per micro-batch
 
+    def tensors(self):
+        """The filled part of the slot: inputs, targets and cu_seqlens."""
+        n_tokens = self.shape.tokens * self.shape.accum_steps
+        n_cu = sum(n + 1 for n in self.num_seqs)
+        b = self.buffers
+        return b.inputs[:n_tokens], b.targets[:n_tokens], b.cu_seqlens[:n_cu]
+
 
 def _pack_documents(tokens, starts, lengths, max_len, inputs, targets, cu_seqlens):
     """Copy documents (starts, lengths) back to back into inputs/targets, each split into attention
@@ -677,8 +688,8 @@ def synchronous_batches(source, shapes):
     for shape in shapes:
         buffers = HostBuffers(pin_memory=False)
         num_seqs, max_lens, cursor = source.build(cursor, shape, buffers)
-        yield _micro_batches(shape, buffers.inputs.clone(), buffers.targets.clone(), buffers.cu_seqlens.clone(),
-                             num_seqs, max_lens)
+        host = HostBatch(shape, None, buffers, num_seqs, max_lens)
+        yield _micro_batches(shape, *host.tensors(), num_seqs, max_lens)
 
 
 @dataclass
@@ -741,16 +752,12 @@ class PrefetchLoader:
         if future.exception() is not None:
             return future
         host = future.result()
-        n_tokens = host.shape.tokens * host.shape.accum_steps
-        n_cu = sum(n + 1 for n in host.num_seqs)
-        buffers = host.buffers
-        tensors = (buffers.inputs[:n_tokens], buffers.targets[:n_tokens], buffers.cu_seqlens[:n_cu])
         if self.cuda:
             with torch.cuda.stream(self.copy_stream):
-                tensors = [t.to(self.device, non_blocking=True) for t in tensors]
-                buffers.copied.record(self.copy_stream)
+                tensors = [t.to(self.device, non_blocking=True) for t in host.tensors()]
+                host.buffers.copied.record(self.copy_stream)
         else:
-            tensors = [t.clone() for t in tensors]
+            tensors = [t.clone() for t in host.tensors()]
         return host, tensors
 
     def restart(self, cursor=None):
@@ -940,10 +947,10 @@ def main():
 
     @torch.no_grad()
     def evaluate(step, num_batches=val_source.batches_for_rank(rank)):
-        loss = torch.zeros((), device=device)
+        loss, window = torch.zeros((), device=device), long_window(step, args)
         for _ in range(num_batches):
             (micro,) = val_loader.send(val_shape)
-            loss += model(micro.inputs, micro.targets, micro.seqs, long_window(step, args))
+            loss += model(micro.inputs, micro.targets, micro.seqs, window)
         if world_size > 1:
             dist.all_reduce(loss)
         return loss.item() / args.val_tokens

@@ -32,11 +32,10 @@ class SynchronousLoader:
 
     def send(self, shape):
         torch.cuda.current_stream().synchronize()  # the single host buffer is free again
-        num_seqs, max_lens, self.cursor = self.source.build(self.cursor, shape, self.buffers)
-        n_tokens, n_cu = shape.tokens * shape.accum_steps, sum(n + 1 for n in num_seqs)
-        b = self.buffers
-        tensors = [t.to(self.device, non_blocking=True)
-                   for t in (b.inputs[:n_tokens], b.targets[:n_tokens], b.cu_seqlens[:n_cu])]
+        start = self.cursor
+        num_seqs, max_lens, self.cursor = self.source.build(start, shape, self.buffers)
+        host = tg.HostBatch(shape, start, self.buffers, num_seqs, max_lens)
+        tensors = [t.to(self.device, non_blocking=True) for t in host.tensors()]
         return tg._micro_batches(shape, *tensors, num_seqs, max_lens)
 
 
@@ -63,7 +62,7 @@ def copies_overlapping_kernels(trace_path):
     spans = lambda cat: [(e["ts"], e["ts"] + e["dur"], e.get("tid")) for e in events  # noqa: E731
                          if e.get("cat") == cat and "dur" in e]
     kernels = spans("kernel")
-    copies = [c for c in spans("gpu_memcpy")]
+    copies = spans("gpu_memcpy")
     overlapping = sum(any(k0 < c1 and c0 < k1 and kt != ct for k0, k1, kt in kernels) for c0, c1, ct in copies)
     return overlapping, len(copies)
 

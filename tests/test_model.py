@@ -413,3 +413,18 @@ def test_compiled_regions_stay_under_the_recompile_limit():
                     model(val.inputs, val.targets, val.seqs, 128 * (step + 1))
     finally:
         torch._dynamo.reset()
+
+
+def test_fp8_head_matmul_matches_float_reference_on_cpu():
+    """The FP8 head's forward and both gradients, at the Head's fixed scales (CPU _scaled_mm; the full-size
+    check on a GPU is in test_gpu.py)."""
+    torch.manual_seed(0)
+    x = tg.rms_norm(torch.randn(256, 768)).bfloat16().requires_grad_()
+    w = (0.05 * torch.randn(4096, 768)).clamp(-0.8, 0.8).requires_grad_()
+    out = tg.FP8Matmul.apply(x, w, 768**0.5 / 448, 2**-9, 1 / 448)
+    ref = x.double() @ w.double().T
+    rel = lambda a, b: ((a.double() - b).norm() / b.norm()).item()  # noqa: E731
+    assert out.dtype == torch.bfloat16 and rel(out, ref) < 0.08
+    grad = (torch.rand(256, 4096, dtype=torch.float64) - 0.5) * 2  # the head's gradients lie in [-1, 1]
+    gx, gw = torch.autograd.grad(out, (x, w), grad.bfloat16())
+    assert rel(gx, grad @ w.double()) < 0.1 and rel(gw, grad.T @ x.double()) < 0.1
