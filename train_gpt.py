@@ -104,7 +104,7 @@ def parse_args(argv):
 
 
 # ----------------------------------------------------------------------------------------------------
-# Kernels: attention over packed documents, the FP8 head matmul, orthogonalisation for Muon
+# Kernels: attention over packed documents, the head's loss and its FP8 matmuls, orthogonalisation for Muon
 
 ATTENTION_SCALE = 0.12  # with QK-norm the logits need a larger scale than 1/sqrt(head_dim)
 
@@ -130,35 +130,77 @@ def dense_attention(q, k, v, cu_seqlens, window):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=ATTENTION_SCALE).transpose(0, 1)
 
 
-class FP8Matmul(torch.autograd.Function):
-    """x @ w.T with both operands in float8 e4m3 and the output gradient in e5m2, at fixed scales.
+def softcapped_cross_entropy(logits, targets):
+    """The summed cross-entropy of the soft-capped logits 30 * sigmoid(logits / 7.5), and its gradient with
+    respect to the raw logits, in float32.
 
-    Fixed scales cost no extra pass over the data. They fit here: x is RMS-normalised, so
-    |x| <= sqrt(model_dim); at head_lr 0.008 the head's weights stay below 448 * 2**-9; and the gradient
-    of a summed, soft-capped cross-entropy with respect to a logit lies in [-1, 1].
+    Soft-capping bounds every logit to (0, 30), so exp() cannot overflow in float32 and the log-sum-exp
+    needs no running maximum: under torch.compile the row sums and the gradient are one kernel that reads
+    the logits twice and writes the gradient once.
+    """
+    capped = 30 * torch.sigmoid(logits.float() / 7.5)
+    exp = torch.exp(capped)
+    row_sums = exp.sum(dim=1, keepdim=True)
+    target_logits = capped.gather(1, targets[:, None].long())
+    loss = (torch.log(row_sums) - target_logits).sum()
+    is_target = torch.arange(logits.size(1), device=logits.device) == targets[:, None]
+    # d(capped)/d(logits) = 4 * sigmoid * (1 - sigmoid) = capped * (30 - capped) / 225
+    grad = (exp / row_sums - is_target.float()) * capped * (30 - capped) / 225
+    return loss, grad
+
+
+HEAD_W_SCALE, HEAD_GRAD_SCALE = 2**-9, 1 / 448  # the FP8 head's fixed scales (see HeadLoss)
+
+
+class HeadLoss(torch.autograd.Function):
+    """The summed soft-capped cross-entropy of the logits x @ w.T.
+
+    The logits' gradient is computed in the forward pass, while the logits are at hand (the loss is
+    always the quantity differentiated, so only a scalar factor is left for the backward pass); what
+    is kept for the backward pass is that gradient, not the logits.
+
+    With fp8 (Hopper), both matmuls run in float8: x and w in e4m3, the gradient in e5m2, at fixed
+    scales, which cost no extra pass over the data. They fit here: x is RMS-normalised, so
+    |x| <= sqrt(model_dim); at head_lr 0.008 the head's weights stay below 448 * HEAD_W_SCALE; and the
+    gradient of a logit lies in [-1, 1].
     """
 
     @staticmethod
-    def forward(ctx, x, w, x_scale, w_scale, grad_scale):
+    def forward(ctx, x, w, targets, fp8):
+        ctx.fp8 = fp8
+        if not fp8:
+            w = w.type_as(x)
+            loss, grad = softcapped_cross_entropy(x @ w.T, targets)
+            ctx.save_for_backward(x, w, grad.type_as(x))
+            return loss
+        x_scale = x.size(-1) ** 0.5 / 448
         x8 = (x / x_scale).to(torch.float8_e4m3fn)
-        w8 = (w / w_scale).to(torch.float8_e4m3fn)
-        ctx.save_for_backward(x8, w8)
-        ctx.scales = x_scale, w_scale, grad_scale
-        one = lambda s: torch.tensor(s, dtype=torch.float32, device=x.device)  # noqa: E731
-        return torch._scaled_mm(x8, w8.T, scale_a=one(x_scale), scale_b=one(w_scale), out_dtype=torch.bfloat16)
+        w8 = (w / HEAD_W_SCALE).to(torch.float8_e4m3fn)
+        logits = torch._scaled_mm(x8, w8.T, scale_a=scalar(x_scale, x), scale_b=scalar(HEAD_W_SCALE, x),
+                                  out_dtype=torch.bfloat16)
+        loss, grad = softcapped_cross_entropy(logits, targets)
+        ctx.save_for_backward(x8, w8, (grad / HEAD_GRAD_SCALE).to(torch.float8_e5m2))
+        return loss
 
     @staticmethod
-    def backward(ctx, grad):
-        x8, w8 = ctx.saved_tensors
-        x_scale, w_scale, grad_scale = ctx.scales
-        one = lambda s: torch.tensor(s, dtype=torch.float32, device=grad.device)  # noqa: E731
-        g8 = (grad / grad_scale).to(torch.float8_e5m2)
+    def backward(ctx, grad_loss):
+        x, w, grad = ctx.saved_tensors
+        if not ctx.fp8:
+            grad = grad * grad_loss.type_as(grad)
+            return grad @ w, grad.T @ x, None, None  # autograd casts w's gradient to w's dtype
+        x_scale = scalar(x.size(-1) ** 0.5 / 448, grad)
+        grad_scale = grad_loss.float() * HEAD_GRAD_SCALE
         # _scaled_mm wants its first operand row-major and its second column-major
-        grad_x = torch._scaled_mm(g8, w8.T.contiguous().T, scale_a=one(grad_scale), scale_b=one(w_scale),
+        grad_x = torch._scaled_mm(grad, w.T.contiguous().T, scale_a=grad_scale, scale_b=scalar(HEAD_W_SCALE, grad),
                                   out_dtype=torch.bfloat16)
-        grad_w = torch._scaled_mm(g8.T.contiguous(), x8.T.contiguous().T, scale_a=one(grad_scale),
-                                  scale_b=one(x_scale), out_dtype=torch.float32)
-        return grad_x, grad_w, None, None, None
+        grad_w = torch._scaled_mm(grad.T.contiguous(), x.T.contiguous().T, scale_a=grad_scale, scale_b=x_scale,
+                                  out_dtype=torch.float32)
+        return grad_x, grad_w, None, None
+
+
+def scalar(value, like):
+    """A float32 scalar tensor on `like`'s device: _scaled_mm takes its scales so."""
+    return torch.tensor(value, dtype=torch.float32, device=like.device)
 
 
 def orthogonalize(G, steps=5):
@@ -297,20 +339,15 @@ class Block(nn.Module):
 
 
 class Head(nn.Module):
-    """Logits, soft-capped to (0, 30), and the summed cross-entropy; FP8 matmul on Hopper."""
+    """Logits, soft-capped to (0, 30), and the summed cross-entropy; FP8 matmuls on Hopper."""
 
     def __init__(self, dim, vocab_size, fp8):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(vocab_size, dim))
-        self.fp8, self.x_scale = fp8, dim**0.5 / 448
+        self.fp8 = fp8
 
     def forward(self, x, targets):
-        if self.fp8:
-            logits = FP8Matmul.apply(x, self.weight, self.x_scale, 2**-9, 1 / 448)
-        else:
-            logits = F.linear(x, self.weight.type_as(x))
-        logits = 30 * torch.sigmoid(logits.float() / 7.5)
-        return F.cross_entropy(logits, targets.long(), reduction="sum")
+        return HeadLoss.apply(x, self.weight, targets, self.fp8)
 
 
 class GPT(nn.Module):
