@@ -309,24 +309,28 @@ class Block(nn.Module):
         self.attn = Attention(dim, head_dim, max_len) if attention else None
         self.mlp = MLP(dim)
 
-    def forward(self, x, x0, value_embed, seqs, window):
+    def forward(self, x, x0, value_embed, skip, seqs, window):
+        """skip: None, or the U-net connection into this layer as (activations, weight)."""
         if self.attn is None:
-            return self.mix_and_mlp(x, x0)
-        x, normed, q, k, v = self.before_attention(x, x0, value_embed)
+            return self.mix_and_mlp(x, x0, skip)
+        x, normed, q, k, v = self.before_attention(x, x0, value_embed, skip)
         return self.after_attention(x, normed, attention(q, k, v, seqs, window))
 
-    def before_attention(self, x, x0, value_embed):
-        x = self.mix(x, x0)
+    def before_attention(self, x, x0, value_embed, skip):
+        x = self.mix(x, x0, skip)
         normed = rms_norm(x)
         return x, normed, *self.attn.project(normed, value_embed)
 
     def after_attention(self, x, normed, y):
         return self.add_mlp(x + self.attn.finish(normed, y))
 
-    def mix_and_mlp(self, x, x0):
-        return self.add_mlp(self.mix(x, x0))
+    def mix_and_mlp(self, x, x0, skip):
+        return self.add_mlp(self.mix(x, x0, skip))
 
-    def mix(self, x, x0):
+    def mix(self, x, x0, skip):
+        if skip is not None:
+            activations, weight = skip
+            x = x + weight * activations
         return self.residual_mix[0] * x + self.residual_mix[1] * x0
 
     def add_mlp(self, x):
@@ -339,7 +343,8 @@ class Block(nn.Module):
 
 
 class Head(nn.Module):
-    """Logits, soft-capped to (0, 30), and the summed cross-entropy; FP8 matmuls on Hopper."""
+    """Logits of the normalised input, soft-capped to (0, 30), and the summed cross-entropy; FP8 matmuls on
+    Hopper."""
 
     def __init__(self, dim, vocab_size, fp8):
         super().__init__()
@@ -347,7 +352,7 @@ class Head(nn.Module):
         self.fp8 = fp8
 
     def forward(self, x, targets):
-        return HeadLoss.apply(x, self.weight, targets, self.fp8)
+        return HeadLoss.apply(rms_norm(x), self.weight, targets, self.fp8)
 
 
 class GPT(nn.Module):
@@ -376,12 +381,11 @@ class GPT(nn.Module):
         x = x0 = rms_norm(self.embed(inputs))
         skips = []
         for i, (block, window) in enumerate(zip(self.blocks, self.layer_windows(long_window))):
-            if i >= L - len(self.skip_weights):
-                x = x + self.skip_weights[L - 1 - i] * skips.pop()
-            x = block(x, x0, value_embeds[i], seqs, window)
+            skip = (skips.pop(), self.skip_weights[L - 1 - i]) if i >= L - len(self.skip_weights) else None
+            x = block(x, x0, value_embeds[i], skip, seqs, window)
             if i < len(self.skip_weights):
                 skips.append(x)
-        return self.head(rms_norm(x), targets)
+        return self.head(x, targets)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -907,6 +911,10 @@ def save_compile_cache(directory):
 
 
 def compile_regions(model):
+    # A region gets one graph per layer structure and grad mode: before_attention has 12 (value embeddings,
+    # U-net skip, layers 0 and 6 whose inputs alias, training and validation). Past dynamo's default limit
+    # of 8, the rest would silently run uncompiled.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 16)
     for block in model.blocks:
         block.compile()
     model.head.compile()

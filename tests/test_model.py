@@ -396,18 +396,18 @@ def test_two_process_run_with_fewer_validation_chunks_than_ranks(tmp_path):
 
 
 def test_compiled_regions_stay_under_the_recompile_limit():
-    """Windows that grow, batches of different documents, value embeddings present or not, the layer
-    without attention and validation's grad mode must not multiply a compiled region's variants past
-    dynamo's limit: past it, dynamo runs them uncompiled, a silent slowdown. Inductor's CPU backend
-    compiles here: about a minute."""
+    """Windows that grow, batches of different documents, value embeddings and U-net skips present or
+    not, the layer without attention and validation's grad mode must not multiply a compiled region's
+    variants past the limit that compile_regions sets: past it, dynamo runs them uncompiled, a silent
+    slowdown. Inductor's CPU backend compiles here: about a minute."""
     torch._dynamo.reset()
     args = tg.parse_args(["--smoke", "--num_layers", "12", "--model_dim", "64", "--head_dim", "32"])
     model = tg.GPT(args, fp8=False)
-    tg.compile_regions(model)
     train = tg.synchronous_batches(tg.TrainSource(args.train_files, 0, 1, repeat=True), [tg.BatchShape(1024, 512, 1)] * 4)
     (val,) = next(tg.synchronous_batches(tg.ValSource(args.val_files, 8192, 4096, 0, 1), [tg.BatchShape(4096, 4096, 1)]))
     try:
-        with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=8):
+            tg.compile_regions(model)
             for step, (micro,) in enumerate(train):
                 model(micro.inputs, micro.targets, micro.seqs, 128 * (step + 1)).backward()
                 with torch.no_grad():
