@@ -1,0 +1,83 @@
+"""Start-up time with and without the compile cache, and the step time either way. One GPU.
+
+    python benchmarks/compile_cache.py [--steps 40] [any train_gpt flag]
+
+Runs train_gpt.py three times, each in a new process, all on the same data:
+  cold     an empty compile cache directory: everything compiles
+  warm     the directory the cold run filled (Inductor's and Triton's caches and PyTorch's portable
+           cache artifacts): what a run on a fresh machine sees when the directory is carried there
+  corrupt  a copy of that directory whose artifacts.bin is overwritten with garbage: must warn and train
+The compile caches that PyTorch would otherwise keep in /tmp and ~/.triton are redirected into the
+directory (train_gpt does this unless TORCHINDUCTOR_CACHE_DIR or TRITON_CACHE_DIR are set, so they are
+unset here): nothing compiled by an earlier run leaks into the cold one.
+
+Prints a table: the start-up split from each run's log, the median step time over the steps after the
+first five, that median against the cold run's, and the final val loss.
+"""
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "records"))
+from summarize import check_log  # noqa: E402
+
+STARTUP_RE = re.compile(r"([a-z][a-z ()-]*?) ([\d.]+)s(?:, |$)")
+
+
+def train(cache, steps, flags):
+    """Run train_gpt.py once; returns its log's Run, its start-up split and any cache warning it printed."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    command = [sys.executable, "train_gpt.py", "--num_iterations", str(steps), "--val_loss_every", "0",
+               "--compile_cache", str(cache), *flags]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if result.returncode:
+        sys.exit(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    run_id = re.search(r"^run_id: (\S+)$", result.stdout, re.M).group(1)
+    run, problems = check_log(ROOT / "logs" / f"{run_id}.txt")
+    if problems:
+        sys.exit("\n".join(problems))
+    startup = re.search(r"^startup: (.*)$", result.stdout, re.M).group(1)
+    split = dict((name, float(seconds)) for name, seconds in STARTUP_RE.findall(startup))
+    warnings = [line for line in (result.stdout + result.stderr).splitlines()
+                if "cache" in line.lower() and ("warn" in line.lower() or "mismatch" in line.lower())]
+    return run, split, warnings
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=40)
+    args, flags = parser.parse_known_args()
+    import torch
+    if not torch.cuda.is_available():
+        sys.exit("needs a GPU: train_gpt compiles, and so caches, on CUDA only")
+    if args.steps <= 5:
+        parser.error("--steps must exceed the 5 steps left out of the median")
+    with tempfile.TemporaryDirectory() as scratch:
+        cache, corrupt = Path(scratch, "cache"), Path(scratch, "corrupt")
+        rows = [("cold", *train(cache, args.steps, flags))]
+        rows.append(("warm", *train(cache, args.steps, flags)))
+        shutil.copytree(cache, corrupt)
+        (corrupt / "artifacts.bin").write_bytes(os.urandom(4096))
+        rows.append(("corrupt", *train(corrupt, args.steps, flags)))
+
+    phases = list(rows[0][2])
+    cold_median = statistics.median(rows[0][1].step_ms[5:])
+    print("| run | " + " | ".join(phases) + " | median step | vs cold | final val loss |")
+    print("|---|" + "---:|" * (len(phases) + 3))
+    for name, run, split, _ in rows:
+        median = statistics.median(run.step_ms[5:])
+        times = " | ".join(f"{split.get(phase, float('nan')):.1f} s" for phase in phases)
+        print(f"| {name} | {times} | {median:.1f} ms | {median / cold_median - 1:+.2%} | {run.val_loss:.4f} |")
+    for name, _, _, warnings in rows:
+        print(f"{name}: {warnings[0] if warnings else 'no cache warning'}")
+
+
+if __name__ == "__main__":
+    main()
