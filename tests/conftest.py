@@ -3,6 +3,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -18,6 +19,16 @@ def random_documents(rng, num_docs, min_len=1, max_len=300, vocab=50000):
         n = int(rng.integers(min_len, max_len + 1))
         docs.append(np.concatenate([[BOS], rng.integers(0, vocab, n - 1)]).astype(np.uint16))
     return docs
+
+
+def randomise_zero_initialised(model, seed=0):
+    """Output projections and the head start at zero, which makes every block's gradient zero: give them
+    values so that a comparison of gradients means something."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim >= 2 and not p.any():
+                p.copy_(0.02 * torch.randn(p.shape, generator=generator))
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """train_gpt.py's maths at tiny sizes on the CPU: orthogonalisation, rotary, attention, Muon (also over
 several processes), the model, the command line, the schedules, and the CPU smoke run."""
+import copy
 import dataclasses
 import hashlib
 import json
@@ -18,6 +19,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 import train_gpt as tg
+from conftest import randomise_zero_initialised
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -395,23 +397,33 @@ def test_two_process_run_with_fewer_validation_chunks_than_ranks(tmp_path):
     assert args["val_tokens"] == 1024 and set(table) == {("val", 0), ("train", 1), ("train", 2), ("val", 2)}
 
 
-def test_compiled_regions_stay_under_the_recompile_limit():
+def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
     """Windows that grow, batches of different documents, value embeddings and U-net skips present or
     not, the layer without attention and validation's grad mode must not multiply a compiled region's
     variants past the limit that compile_regions sets: past it, dynamo runs them uncompiled, a silent
-    slowdown. Inductor's CPU backend compiles here: about a minute."""
+    slowdown. Every variant must compute what the uncompiled model computes. Inductor's CPU backend
+    compiles here: about a minute."""
     torch._dynamo.reset()
     args = tg.parse_args(["--smoke", "--num_layers", "12", "--model_dim", "64", "--head_dim", "32"])
     model = tg.GPT(args, fp8=False)
+    randomise_zero_initialised(model)
+    eager = copy.deepcopy(model)
     train = tg.synchronous_batches(tg.TrainSource(args.train_files, 0, 1, repeat=True), [tg.BatchShape(1024, 512, 1)] * 4)
     (val,) = next(tg.synchronous_batches(tg.ValSource(args.val_files, 8192, 4096, 0, 1), [tg.BatchShape(4096, 4096, 1)]))
     try:
         with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=8):
             tg.compile_regions(model)
             for step, (micro,) in enumerate(train):
-                model(micro.inputs, micro.targets, micro.seqs, 128 * (step + 1)).backward()
+                window = 128 * (step + 1)
+                losses = [m(micro.inputs, micro.targets, micro.seqs, window) for m in (model, eager)]
+                for loss in losses:
+                    loss.backward()
+                assert torch.allclose(*losses, rtol=1e-5)
+                for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+                    assert torch.allclose(p.grad, q.grad, rtol=1e-3, atol=1e-6), name
                 with torch.no_grad():
-                    model(val.inputs, val.targets, val.seqs, 128 * (step + 1))
+                    losses = [m(val.inputs, val.targets, val.seqs, window) for m in (model, eager)]
+                assert torch.allclose(*losses, rtol=1e-5)
     finally:
         torch._dynamo.reset()
 
