@@ -1,6 +1,6 @@
 """Start-up time with and without the compile cache, and the step time either way. One GPU.
 
-    python benchmarks/compile_cache.py [--steps 40] [any train_gpt flag]
+    python benchmarks/compile_cache.py [--steps 40] [--cache_dir DIR] [any train_gpt flag]
 
 Runs train_gpt.py three times, each in a new process, all on the same data:
   cold     an empty compile cache directory: everything compiles
@@ -9,7 +9,9 @@ Runs train_gpt.py three times, each in a new process, all on the same data:
   corrupt  a copy of that directory whose artifacts.bin is overwritten with garbage: must warn and train
 The compile caches that PyTorch would otherwise keep in /tmp and ~/.triton are redirected into the
 directory (train_gpt does this unless TORCHINDUCTOR_CACHE_DIR or TRITON_CACHE_DIR are set, so they are
-unset here): nothing compiled by an earlier run leaks into the cold one.
+unset here): nothing compiled by an earlier run leaks into the cold one. The directory is a temporary
+one unless --cache_dir names a new one: keep that to carry it to a fresh machine and start a run there
+with `--compile_cache DIR`.
 
 Prints a table: the start-up split from each run's log, the median step time over the steps after the
 first five, that median against the cold run's, and the final val loss.
@@ -53,14 +55,18 @@ def train(cache, steps, flags):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--cache_dir", type=Path, help="where the cold run builds its cache (must not exist)")
     args, flags = parser.parse_known_args()
     import torch
     if not torch.cuda.is_available():
         sys.exit("needs a GPU: train_gpt compiles, and so caches, on CUDA only")
     if args.steps <= 5:
         parser.error("--steps must exceed the 5 steps left out of the median")
+    if args.cache_dir is not None and args.cache_dir.exists():
+        parser.error(f"--cache_dir {args.cache_dir} exists: the cold run needs a new directory")
     with tempfile.TemporaryDirectory() as scratch:
-        cache, corrupt = Path(scratch, "cache"), Path(scratch, "corrupt")
+        cache = args.cache_dir.resolve() if args.cache_dir else Path(scratch, "cache")
+        corrupt = Path(scratch, "corrupt")
         rows = [("cold", *train(cache, args.steps, flags))]
         rows.append(("warm", *train(cache, args.steps, flags)))
         shutil.copytree(cache, corrupt)
