@@ -173,7 +173,7 @@ class HeadLoss(torch.autograd.Function):
             loss, grad = softcapped_cross_entropy(x @ w.T, targets)
             ctx.save_for_backward(x, w, grad.type_as(x))
             return loss
-        x_scale = x.size(-1) ** 0.5 / 448
+        ctx.x_scale = x_scale = x.size(-1) ** 0.5 / 448
         x8 = (x / x_scale).to(torch.float8_e4m3fn)
         w8 = (w / HEAD_W_SCALE).to(torch.float8_e4m3fn)
         logits = torch._scaled_mm(x8, w8.T, scale_a=scalar(x_scale, x), scale_b=scalar(HEAD_W_SCALE, x),
@@ -188,7 +188,7 @@ class HeadLoss(torch.autograd.Function):
         if not ctx.fp8:
             grad = grad * grad_loss.type_as(grad)
             return grad @ w, grad.T @ x, None, None  # autograd casts w's gradient to w's dtype
-        x_scale = scalar(x.size(-1) ** 0.5 / 448, grad)
+        x_scale = scalar(ctx.x_scale, grad)
         grad_scale = grad_loss.float() * HEAD_GRAD_SCALE
         # _scaled_mm wants its first operand row-major and its second column-major
         grad_x = torch._scaled_mm(grad, w.T.contiguous().T, scale_a=grad_scale, scale_b=scalar(HEAD_W_SCALE, grad),
