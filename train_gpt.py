@@ -896,10 +896,12 @@ def load_compile_cache(directory, log):
     os.environ.setdefault("TRITON_CACHE_DIR", str(path.resolve() / "triton"))
     artifacts = path / "artifacts.bin"
     if artifacts.exists():
-        try:
-            torch.compiler.load_cache_artifacts(artifacts.read_bytes())
-        except Exception as error:  # a corrupt or foreign file: compile from scratch instead
-            log(f"warning: compile cache {artifacts} could not be loaded ({error!r}); compiling from scratch")
+        try:  # a corrupt file makes PyTorch log a warning of its own and return None; or it raises
+            problem = None if torch.compiler.load_cache_artifacts(artifacts.read_bytes()) else "unreadable"
+        except Exception as error:
+            problem = repr(error)
+        if problem:
+            log(f"warning: compile cache {artifacts} could not be loaded ({problem}); compiling from scratch")
 
 
 def save_compile_cache(directory):

@@ -475,3 +475,20 @@ def test_fp8_head_loss_matches_float_reference_on_cpu():
     rel = lambda a, b: ((a.double() - b).norm() / b.norm()).item()  # noqa: E731
     assert x.grad.dtype == torch.bfloat16 and w.grad.dtype == torch.float32
     assert rel(x.grad, x2.grad) < 0.1 and rel(w.grad, w2.grad) < 0.1
+
+
+@pytest.mark.parametrize("content", [None, b"not a cache", os.urandom(4096)])
+def test_compile_cache_that_cannot_be_loaded_warns_and_goes_on(content, tmp_path, monkeypatch):
+    """A missing artifacts.bin is a first run (no warning); a corrupt one must warn, not crash and not
+    pass silently (PyTorch returns None for it rather than raising)."""
+    # load_compile_cache sets the cache variables when unset: give it a private environment without them
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.endswith("_CACHE_DIR")})
+    if content is not None:
+        (tmp_path / "artifacts.bin").write_bytes(content)
+    messages = []
+    tg.load_compile_cache(tmp_path, messages.append)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path.resolve() / "inductor")
+    if content is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and messages[0].startswith("warning: compile cache")
