@@ -14,7 +14,7 @@ one unless --cache_dir names a new one: keep that to carry it to a fresh machine
 with `--compile_cache DIR`.
 
 Prints a table: the start-up split from each run's log, the median step time over the steps after the
-first five, that median against the cold run's, and the final val loss.
+first five, the median ratio of those steps to the cold run's same steps, and the final val loss.
 """
 import argparse
 import os
@@ -74,13 +74,16 @@ def main():
         rows.append(("corrupt", *train(corrupt, args.steps, flags)))
 
     phases = list(rows[0][2])
-    cold_median = statistics.median(rows[0][1].step_ms[5:])
+    cold_steps = rows[0][1].step_ms[5:]
     print("| run | " + " | ".join(phases) + " | median step | vs cold | final val loss |")
     print("|---|" + "---:|" * (len(phases) + 3))
     for name, run, split, _ in rows:
-        median = statistics.median(run.step_ms[5:])
+        # The window grows during the run, so step times climb: compare each step with the cold run's same
+        # step (the median of those ratios), not the two medians, which sit on the climb and jump with noise.
+        versus_cold = statistics.median(t / c - 1 for t, c in zip(run.step_ms[5:], cold_steps))
         times = " | ".join(f"{split.get(phase, float('nan')):.1f} s" for phase in phases)
-        print(f"| {name} | {times} | {median:.1f} ms | {median / cold_median - 1:+.2%} | {run.val_loss:.4f} |")
+        print(f"| {name} | {times} | {statistics.median(run.step_ms[5:]):.1f} ms | {versus_cold:+.2%} | "
+              f"{run.val_loss:.4f} |")
     for name, _, _, warnings in rows:
         print(f"{name}: {warnings[0] if warnings else 'no cache warning'}")
 
