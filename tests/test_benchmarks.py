@@ -1,0 +1,25 @@
+"""The arithmetic of benchmarks/step_profile.py: communication time that no compute kernel hides."""
+import pytest
+
+from benchmarks import step_profile  # conftest puts the repo root on sys.path
+
+
+@pytest.mark.parametrize("communication, compute, exposed", [
+    ([(0, 10)], [], 10),                         # nothing to hide behind
+    ([(0, 10)], [(0, 10)], 0),                   # fully hidden
+    ([(0, 10)], [(2, 4), (6, 7)], 7),            # partly hidden, in two places
+    ([(0, 10)], [(2, 6), (4, 8)], 4),            # overlapping compute counts once
+    ([(0, 4), (2, 6)], [(5, 9)], 5),             # overlapping communication counts once
+    ([(0, 2), (8, 10)], [(1, 9)], 2),            # compute spans the gap between two transfers
+    ([], [(0, 5)], 0),
+])
+def test_exposed_time(communication, compute, exposed):
+    assert step_profile.exposed_time(communication, compute) == pytest.approx(exposed)
+
+
+def test_kernel_kinds_by_name():
+    kinds = [step_profile.kernel_kind(name) for name in (
+        "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "void flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel",
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "nvjet_tst_192x192_64x3_1x2_h_bz_coopA_NTN",
+        "triton_poi_fused_add_mul_0")]
+    assert kinds == ["nccl", "attention", "matmul", "matmul", "other"]
