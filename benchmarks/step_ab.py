@@ -2,7 +2,8 @@
 
     python benchmarks/step_ab.py --revs main triton-ce . [--steps 10] [any train_gpt flag]
 
-For each revision (`.` is the working tree) its train_gpt.py is measured in a fresh process: the model,
+For each revision (`.` is the working tree; a path to a file is used as it is, which is the way where
+there is no git history, as on the device machines) its train_gpt.py is measured in a fresh process: the model,
 the optimizers and one step's batch, kept on the GPU so that no data cost enters; then, at the shortest
 and at the longest window of the schedule, a few untimed steps (the compile) and `--steps` timed ones.
 Prints a table: the median step per window, its ratio to the first revision's, and peak memory. The
@@ -51,7 +52,7 @@ def measure(module_path, steps, flags):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--revs", nargs="+", default=["HEAD", "."], help="git revisions; . is the working tree")
+    parser.add_argument("--revs", nargs="+", default=["HEAD", "."], help="git revisions, . or files")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per window")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # internal: the child process's module path
     own, flags = parser.parse_known_args()
@@ -60,8 +61,8 @@ def main():
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         for rev in own.revs:
-            path = ROOT / "train_gpt.py"
-            if rev != ".":
+            path = ROOT / "train_gpt.py" if rev == "." else Path(rev).resolve()
+            if not path.is_file():
                 path = Path(scratch, f"train_gpt_{len(results)}.py")
                 source = subprocess.run(["git", "show", f"{rev}:train_gpt.py"], cwd=ROOT, capture_output=True,
                                         text=True)
