@@ -897,7 +897,7 @@ def load_compile_cache(directory, log):
     artifacts = path / "artifacts.bin"
     if artifacts.exists():
         try:  # a corrupt file makes PyTorch log a warning of its own and return None; or it raises
-            problem = None if torch.compiler.load_cache_artifacts(artifacts.read_bytes()) else "unreadable"
+            problem = "unreadable" if torch.compiler.load_cache_artifacts(artifacts.read_bytes()) is None else None
         except Exception as error:
             problem = repr(error)
         if problem:
