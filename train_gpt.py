@@ -962,8 +962,9 @@ def train_step(model, micro_batches, adam, muon, step, args, world_size):
     return loss / args.batch_tokens
 
 
-def main():
-    args = parse_args(sys.argv[1:])
+def init_process():
+    """This process's rank, the world size (torchrun's variables; 1 without torchrun) and its device; joins
+    the process group (NCCL on GPUs, gloo on CPUs) when there are several processes."""
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
@@ -971,11 +972,23 @@ def main():
         torch.cuda.set_device(device)
     if world_size > 1:
         dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
+    return rank, world_size, device
+
+
+def train_shape(args, world_size):
+    """Each rank's share of the global batch: micro-batches of micro_batch_tokens, accumulated."""
     if args.batch_tokens % (world_size * args.micro_batch_tokens):
         raise SystemExit(f"batch_tokens={args.batch_tokens} is not a multiple of world_size * micro_batch_tokens"
                          f" = {world_size} * {args.micro_batch_tokens}")
-    shape = BatchShape(args.micro_batch_tokens, args.max_seq_len,
-                       args.batch_tokens // (world_size * args.micro_batch_tokens))
+    return BatchShape(args.micro_batch_tokens, args.max_seq_len,
+                      args.batch_tokens // (world_size * args.micro_batch_tokens))
+
+
+def main():
+    args = parse_args(sys.argv[1:])
+    rank, world_size, device = init_process()
+    cuda = device.type == "cuda"
+    shape = train_shape(args, world_size)
     val_shape = BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
 
     run_id = f"{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"

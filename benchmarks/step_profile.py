@@ -12,7 +12,6 @@ exposed time is the figure to report, as a share of the step (median, min and ma
 trace of the last window goes to traces/step_profile.json (open it in Perfetto).
 """
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -86,17 +85,9 @@ def main():
     parser.add_argument("--warmup", type=int, default=3, help="steps before profiling, per window")
     own, flags = parser.parse_known_args()
     args = tg.parse_args(flags)
-    rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    if world_size > 1:
-        dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
-    if args.batch_tokens % (world_size * args.micro_batch_tokens):
-        raise SystemExit("batch_tokens must be a multiple of world_size * micro_batch_tokens")
-    shape = tg.BatchShape(args.micro_batch_tokens, args.max_seq_len,
-                          args.batch_tokens // (world_size * args.micro_batch_tokens))
+    rank, world_size, device = tg.init_process()
+    cuda = device.type == "cuda"
+    shape = tg.train_shape(args, world_size)
     model = tg.build_model(args, device, world_size)
     source = tg.TrainSource(args.train_files, rank, world_size, repeat=True, pin_memory=cuda)
     loader = tg.PrefetchLoader(source, device)

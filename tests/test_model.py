@@ -492,3 +492,10 @@ def test_compile_cache_that_cannot_be_loaded_warns_and_goes_on(content, tmp_path
         assert messages == []
     else:
         assert len(messages) == 1 and messages[0].startswith("warning: compile cache")
+
+
+def test_train_shape_splits_the_global_batch_and_refuses_one_that_does_not_divide():
+    args = tg.Hyperparameters()
+    assert [tg.train_shape(args, n).accum_steps for n in (1, 2, 4, 8)] == [8, 4, 2, 1]
+    with pytest.raises(SystemExit, match="not a multiple of world_size"):
+        tg.train_shape(args, 3)
