@@ -136,7 +136,7 @@ def softcapped_cross_entropy(logits, targets):
 
     Soft-capping bounds every logit to (0, 30), so exp() cannot overflow in float32 and the log-sum-exp
     needs no running maximum: under torch.compile the row sums and the gradient are one kernel that reads
-    the logits twice and writes the gradient once.
+    the logits twice and writes the gradient once (and a small second one sums the loss).
     """
     capped = 30 * torch.sigmoid(logits.float() / 7.5)
     exp = torch.exp(capped)
