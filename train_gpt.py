@@ -30,6 +30,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention.varlen import varlen_attn
 
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU builds of PyTorch come without Triton; only the FP8 head (Hopper) needs it
+    triton = None
+
 # ----------------------------------------------------------------------------------------------------
 # Hyperparameters (defaults: the 8-GPU FineWeb record; the same global batch on any number of GPUs)
 
@@ -132,11 +138,11 @@ def dense_attention(q, k, v, cu_seqlens, window):
 
 def softcapped_cross_entropy(logits, targets):
     """The summed cross-entropy of the soft-capped logits 30 * sigmoid(logits / 7.5), and its gradient with
-    respect to the raw logits, in float32.
+    respect to the raw logits, in float32. The FP8 head (Hopper) uses the Triton kernel below instead;
+    this is the path without FP8 (CPU, older GPUs) and that kernel's reference.
 
     Soft-capping bounds every logit to (0, 30), so exp() cannot overflow in float32 and the log-sum-exp
-    needs no running maximum: under torch.compile the row sums and the gradient are one kernel that reads
-    the logits twice and writes the gradient once (and a small second one sums the loss).
+    needs no running maximum.
     """
     capped = 30 * torch.sigmoid(logits.float() / 7.5)
     exp = torch.exp(capped)
@@ -150,6 +156,71 @@ def softcapped_cross_entropy(logits, targets):
 
 
 HEAD_W_SCALE, HEAD_GRAD_SCALE = 2**-9, 1 / 448  # the FP8 head's fixed scales (see HeadLoss)
+CE_ROWS, CE_COLS, CE_WARPS = 64, 128, 16  # the kernel's tile and warps, fastest of 12 tried on an H100
+
+if triton is not None:
+
+    @triton.jit
+    def softcapped_cross_entropy_kernel(logits_ptr, targets_ptr, losses_ptr, grad_ptr, grad_t_ptr, T,
+                                        inverse_grad_scale, V: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
+        """softcapped_cross_entropy for ROWS rows: two passes over the vocabulary, the first for the row
+        sums, the second for the gradient, written in e5m2 both row-major and transposed."""
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        row_in = rows < T
+        targets = tl.load(targets_ptr + rows, mask=row_in, other=-1)
+        row_sums = tl.zeros([ROWS], dtype=tl.float32)
+        target_capped = tl.zeros([ROWS], dtype=tl.float32)
+        for start in range(0, V, COLS):
+            cols = start + tl.arange(0, COLS)
+            inside = row_in[:, None] & (cols < V)[None, :]
+            z = tl.load(logits_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :], mask=inside, other=0.0)
+            capped = 30 * tl.sigmoid(z.to(tl.float32) * (1 / 7.5))
+            row_sums += tl.sum(tl.where(inside, tl.exp(capped), 0.0), axis=1)
+            target_capped += tl.sum(tl.where(cols[None, :] == targets[:, None], capped, 0.0), axis=1)
+        tl.store(losses_ptr + rows, tl.log(row_sums) - target_capped, mask=row_in)
+        inverse_sums = 1 / row_sums
+        for start in range(0, V, COLS):
+            cols = start + tl.arange(0, COLS)
+            inside = row_in[:, None] & (cols < V)[None, :]
+            z = tl.load(logits_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :], mask=inside, other=0.0)
+            capped = 30 * tl.sigmoid(z.to(tl.float32) * (1 / 7.5))
+            is_target = (cols[None, :] == targets[:, None]).to(tl.float32)
+            slope = capped * (30 - capped) * (inverse_grad_scale / 225)
+            grad = (tl.exp(capped) * inverse_sums[:, None] - is_target) * slope
+            grad = grad.to(tl.float8e5, fp_downcast_rounding="rtne")  # round to nearest, as torch's casts do
+            tl.store(grad_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :], grad, mask=inside)
+            tl.store(grad_t_ptr + cols.to(tl.int64)[:, None] * T + rows[None, :], tl.trans(grad), mask=tl.trans(inside))
+
+
+@torch.library.custom_op("train_gpt::softcapped_cross_entropy_fp8", mutates_args=())
+def softcapped_cross_entropy_fp8(
+        logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """softcapped_cross_entropy's loss, and its gradient divided by HEAD_GRAD_SCALE in e5m2, twice: row-major
+    for x's gradient and transposed for w's (_scaled_mm takes FP8 operands only as row-major times
+    column-major). One Triton kernel: writing the transposed copy while the tile is on chip costs less
+    than transposing afterwards. Elsewhere (CPU tests) the reference formula, cast and transposed.
+
+    An opaque operator to torch.compile, so the kernel is built by Triton as in eager mode (Inductor's
+    own build of it failed in Triton's LLVM lowering on torch 2.11)."""
+    if not logits.is_cuda:
+        loss, grad = softcapped_cross_entropy(logits, targets)
+        grad = (grad / HEAD_GRAD_SCALE).to(torch.float8_e5m2)
+        return loss, grad, grad.T.contiguous()
+    T, V = logits.shape
+    losses = torch.empty(T, dtype=torch.float32, device=logits.device)
+    grad = torch.empty(T, V, dtype=torch.float8_e5m2, device=logits.device)
+    grad_t = torch.empty(V, T, dtype=torch.float8_e5m2, device=logits.device)
+    softcapped_cross_entropy_kernel[(triton.cdiv(T, CE_ROWS),)](
+        logits, targets, losses, grad, grad_t, T, 1 / HEAD_GRAD_SCALE, V=V, ROWS=CE_ROWS, COLS=CE_COLS,
+        num_warps=CE_WARPS)
+    return losses.sum(), grad, grad_t
+
+
+@softcapped_cross_entropy_fp8.register_fake
+def _(logits, targets):
+    T, V = logits.shape
+    return (logits.new_empty((), dtype=torch.float32), logits.new_empty(T, V, dtype=torch.float8_e5m2),
+            logits.new_empty(V, T, dtype=torch.float8_e5m2))
 
 
 class HeadLoss(torch.autograd.Function):
@@ -178,22 +249,23 @@ class HeadLoss(torch.autograd.Function):
         w8 = (w / HEAD_W_SCALE).to(torch.float8_e4m3fn)
         logits = torch._scaled_mm(x8, w8.T, scale_a=scalar(x_scale, x), scale_b=scalar(HEAD_W_SCALE, x),
                                   out_dtype=torch.bfloat16)
-        loss, grad = softcapped_cross_entropy(logits, targets)
-        ctx.save_for_backward(x8, w8, (grad / HEAD_GRAD_SCALE).to(torch.float8_e5m2))
+        loss, grad, grad_t = softcapped_cross_entropy_fp8(logits, targets)
+        ctx.save_for_backward(x8, w8, grad, grad_t)
         return loss
 
     @staticmethod
     def backward(ctx, grad_loss):
-        x, w, grad = ctx.saved_tensors
         if not ctx.fp8:
+            x, w, grad = ctx.saved_tensors
             grad = grad * grad_loss.type_as(grad)
             return grad @ w, grad.T @ x, None, None  # autograd casts w's gradient to w's dtype
+        x, w, grad, grad_t = ctx.saved_tensors
         x_scale = scalar(ctx.x_scale, grad)
         grad_scale = grad_loss.float() * HEAD_GRAD_SCALE
         # _scaled_mm wants its first operand row-major and its second column-major
         grad_x = torch._scaled_mm(grad, w.T.contiguous().T, scale_a=grad_scale, scale_b=scalar(HEAD_W_SCALE, grad),
                                   out_dtype=torch.bfloat16)
-        grad_w = torch._scaled_mm(grad.T.contiguous(), x.T.contiguous().T, scale_a=grad_scale, scale_b=x_scale,
+        grad_w = torch._scaled_mm(grad_t, x.T.contiguous().T, scale_a=grad_scale, scale_b=x_scale,
                                   out_dtype=torch.float32)
         return grad_x, grad_w, None, None
 
