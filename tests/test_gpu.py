@@ -33,8 +33,9 @@ def test_varlen_attention_matches_dense(window):
 
 
 def test_cross_entropy_kernel_equals_reference_formula():
-    """The Triton kernel against softcapped_cross_entropy cast as HeadLoss used to cast it, on a row count
-    that is no multiple of the kernel's tile: the same loss, the same e5m2 bytes, and an exact transpose."""
+    """The Triton kernel against softcapped_cross_entropy cast to e5m2 by torch, on a row count that is no
+    multiple of the kernel's tile: the same loss, the same e5m2 bytes but for rounding edges, an exact
+    transpose."""
     torch.manual_seed(0)
     logits = (4 * torch.randn(1000 + tg.CE_ROWS // 2, 50304, device="cuda")).bfloat16()
     targets = torch.randint(0, 50304, (logits.size(0),), device="cuda", dtype=torch.int32)
