@@ -188,7 +188,12 @@ if triton is not None:
             slope = capped * (30 - capped) * (inverse_grad_scale / 225)
             grad = (tl.exp(capped) * inverse_sums[:, None] - is_target) * slope
             grad = grad.to(tl.float8e5, fp_downcast_rounding="rtne")  # round to nearest, as torch's casts do
-            tl.store(grad_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :], grad, mask=inside)
+            tile = grad_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :]
+            tl.store(tile, grad, mask=inside)
+            # The transposed copy is read back from the tile just written: stored straight from registers, with
+            # Triton 3.6 on an H100, every fourth vocabulary row of it came out wrong.
+            tl.debug_barrier()
+            grad = tl.load(tile, mask=inside)
             tl.store(grad_t_ptr + cols.to(tl.int64)[:, None] * T + rows[None, :], tl.trans(grad), mask=tl.trans(inside))
 
 
