@@ -1,6 +1,6 @@
 """Step time of train_gpt.py at several git revisions, in one call: the A/B behind every speed claim. One GPU.
 
-    python benchmarks/step_ab.py --revs main triton-ce . [--steps 10] [any train_gpt flag]
+    python benchmarks/step_ab.py --revs main my-branch . [--steps 10] [any train_gpt flag]
 
 For each revision (`.` is the working tree; a path to a file is used as it is, which is the way where
 there is no git history, as on the device machines) its train_gpt.py is measured in a fresh process: the model,
