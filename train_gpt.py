@@ -190,8 +190,9 @@ if triton is not None:
             grad = grad.to(tl.float8e5, fp_downcast_rounding="rtne")  # round to nearest, as torch's casts do
             tile = grad_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :]
             tl.store(tile, grad, mask=inside)
-            # The transposed copy is read back from the tile just written: stored straight from registers, with
-            # Triton 3.6 on an H100, every fourth vocabulary row of it came out wrong.
+            # The transposed copy is read back from the tile just written (the barrier makes the whole tile's
+            # stores visible to every thread): stored straight from registers, with Triton 3.6 on an H100, every
+            # fourth vocabulary row of it came out wrong.
             tl.debug_barrier()
             grad = tl.load(tile, mask=inside)
             tl.store(grad_t_ptr + cols.to(tl.int64)[:, None] * T + rows[None, :], tl.trans(grad), mask=tl.trans(inside))
@@ -202,8 +203,8 @@ def softcapped_cross_entropy_fp8(
         logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """softcapped_cross_entropy's loss, and its gradient divided by HEAD_GRAD_SCALE in e5m2, twice: row-major
     for x's gradient and transposed for w's (_scaled_mm takes FP8 operands only as row-major times
-    column-major). One Triton kernel: writing the transposed copy while the tile is on chip costs less
-    than transposing afterwards. Elsewhere (CPU tests) the reference formula, cast and transposed.
+    column-major). One Triton kernel: writing the transposed copy while the tile is still in cache costs
+    less than transposing afterwards. Elsewhere (CPU tests) the reference formula, cast and transposed.
 
     An opaque operator to torch.compile, so the kernel is built by Triton as in eager mode (Inductor's
     own build of it failed in Triton's LLVM lowering on torch 2.11)."""
