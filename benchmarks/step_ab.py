@@ -33,6 +33,7 @@ def measure(module_path, steps, flags):
     spec.loader.exec_module(tg)
     args = tg.parse_args(flags)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    # train_shape(args, 1), written out: revisions older than train_shape must be measurable too
     shape = tg.BatchShape(args.micro_batch_tokens, args.max_seq_len, args.batch_tokens // args.micro_batch_tokens)
     model = tg.build_model(args, device, 1)
     source = tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=device.type == "cuda")
