@@ -9,13 +9,16 @@ import time
 
 PROCESS_START = time.perf_counter()  # for the start-up time split in the log
 
+import argparse
 import dataclasses
 import glob
 import hashlib
+import inspect
 import json
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 import uuid
@@ -29,6 +32,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention.varlen import varlen_attn
+from tqdm import tqdm
 
 try:
     import triton
@@ -43,8 +47,8 @@ except ImportError:  # CPU builds of PyTorch come without Triton; only the FP8 h
 @dataclass
 class Hyperparameters:
     # data
-    train_files: str = "data/fineweb10B/fineweb_train_*.bin"
-    val_files: str = "data/fineweb10B/fineweb_val_*.bin"
+    train_files: str = "data/fineweb10B/fineweb_train_*.bin"  # glob of the training shards
+    val_files: str = "data/fineweb10B/fineweb_val_*.bin"  # glob of the validation shards
     repeat_train_files: bool = False  # cycle the train shards (small proxy corpora) instead of stopping
     val_tokens: int = 10_485_760  # validation always reads exactly these, from the start of val_files
     val_seq_tokens: int = 64 * 1024  # tokens per validation forward pass
@@ -53,58 +57,74 @@ class Hyperparameters:
     max_seq_len: int = 2048  # longer training documents are split into attention sequences this long
     # model
     vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 128
-    num_layers: int = 12
-    model_dim: int = 768
-    head_dim: int = 128
+    num_layers: int = 12  # transformer blocks
+    model_dim: int = 768  # width of the residual stream
+    head_dim: int = 128  # width of one attention head
     # schedules
-    num_iterations: int = 1695
+    num_iterations: int = 1695  # optimizer steps
     cooldown_frac: float = 0.45  # learning rates fall linearly over this last fraction of training
-    final_lr_frac: float = 0.1
+    final_lr_frac: float = 0.1  # learning rates at the last step, as a fraction of the initial ones
     window_max: int = 1792  # sliding window of the long-window layers at the end of training
-    muon_momentum_warmup_steps: int = 300
+    muon_momentum_warmup_steps: int = 300  # Muon's momentum climbs from 0.85 to 0.95 over these steps
     # optimizers
-    muon_lr: float = 0.05
-    head_lr: float = 0.008
-    embed_lr: float = 0.6
-    scalar_lr: float = 0.04
+    muon_lr: float = 0.05  # Muon's learning rate, for the hidden matrices
+    head_lr: float = 0.008  # Adam's learning rate for the head
+    embed_lr: float = 0.6  # Adam's learning rate for the embeddings
+    scalar_lr: float = 0.04  # Adam's learning rate for scalars and gates
     # run
-    val_loss_every: int = 125  # 0: only at the start and the end
+    val_loss_every: int = 125  # validate every this many steps; 0: only at the start and the end
     warmup_steps: int = 3  # untimed steps that compile and warm up kernels; their effect is undone
     compile_cache: str = ".compile_cache"  # compiled kernels kept here for later runs; "" keeps none
-    seed: int = 0
+    seed: int = 0  # seed of the initial weights
     smoke: bool = False  # start from SMOKE_SETTINGS: a CPU-sized run on data/sample
 
 
 SMOKE_SETTINGS = dict(
     train_files="data/sample/sample_train_*.bin", val_files="data/sample/sample_val_*.bin",
-    repeat_train_files=True, val_tokens=8192, val_seq_tokens=4096, batch_tokens=2048, micro_batch_tokens=1024,
+    repeat_train_files=True, val_tokens=4096, val_seq_tokens=1024, batch_tokens=1024, micro_batch_tokens=512,
     max_seq_len=512, num_layers=4, model_dim=64, head_dim=32, num_iterations=24, window_max=256,
     muon_momentum_warmup_steps=10, val_loss_every=8, warmup_steps=0,
 )
 
 
+class UserError(Exception):
+    """A problem with what the user gave the run (a flag, a shard file, a size that does not fit): reported
+    as one line "error: <flag or file>: <what is wrong and what to do>" and exit status 1, no traceback."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, its errors raised as UserError ("argument --seed: invalid int value" becomes "--seed: ...")."""
+
+    def error(self, message):
+        raise UserError(f"{message.removeprefix('argument ')}; see --help")
+
+
+def hyperparameter_help():
+    """Each Hyperparameters field's comment, read from the class's source: the comments are the docs."""
+    lines = inspect.getsource(Hyperparameters).splitlines()
+    fields = {}
+    for line in lines:
+        match = re.fullmatch(r"    (\w+): \w+ = .*?  # (.*)", line)
+        if match:
+            fields[match[1]] = match[2]
+    return fields
+
+
 def parse_args(argv):
-    """--name value for every field of Hyperparameters; a bare --flag sets a boolean."""
-    kinds = {f.name: f.type for f in dataclasses.fields(Hyperparameters)}
-    given = {}
-    i = 0
-    while i < len(argv):
-        name = argv[i].removeprefix("--")
-        if not argv[i].startswith("--") or name not in kinds:
-            raise SystemExit(f"unknown argument {argv[i]!r}; hyperparameters are: {', '.join(kinds)}")
-        if kinds[name] is bool and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
-            given[name], i = True, i + 1
-            continue
-        if i + 1 == len(argv):
-            raise SystemExit(f"--{name} needs a value")
-        value = argv[i + 1]
-        if kinds[name] is bool:
-            if value.lower() not in ("true", "false", "1", "0"):
-                raise SystemExit(f"--{name} takes true or false, not {value!r}")
-            given[name] = value.lower() in ("true", "1")
+    """A flag for every field of Hyperparameters; --smoke starts from SMOKE_SETTINGS, explicit flags win."""
+    parser = ArgumentParser(prog="train_gpt.py", description=__doc__, argument_default=argparse.SUPPRESS,
+                            allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter)
+    helps = hyperparameter_help()
+    for field in dataclasses.fields(Hyperparameters):
+        text = f"{helps[field.name]} (default: {field.default!r})".replace("%", "%%")
+        if field.type is bool:
+            parser.add_argument(f"--{field.name}", action=argparse.BooleanOptionalAction, help=text)
         else:
-            given[name] = kinds[name](value)
-        i += 2
+            parser.add_argument(f"--{field.name}", type=field.type, metavar=field.type.__name__.upper(), help=text)
+    given, unknown = parser.parse_known_args(argv)
+    if unknown:
+        raise UserError(f"{unknown[0]}: unknown flag; see --help for the flags")
+    given = vars(given)
     settings = SMOKE_SETTINGS if given.get("smoke") else {}
     return Hyperparameters(**{**settings, **given})
 
@@ -144,15 +164,14 @@ def softcapped_cross_entropy(logits, targets):
     Soft-capping bounds every logit to (0, 30), so exp() cannot overflow in float32 and the log-sum-exp
     needs no running maximum.
     """
-    capped = 30 * torch.sigmoid(logits.float() / 7.5)
-    exp = torch.exp(capped)
-    row_sums = exp.sum(dim=1, keepdim=True)
-    target_logits = capped.gather(1, targets[:, None].long())
-    loss = (torch.log(row_sums) - target_logits).sum()
-    is_target = torch.arange(logits.size(1), device=logits.device) == targets[:, None]
+    capped = torch.sigmoid(logits.float() / 7.5).mul_(30)
+    grad = torch.exp(capped)  # turned into the gradient in place: one logits-sized buffer fewer
+    row_sums = grad.sum(dim=1, keepdim=True)
+    targets = targets[:, None].long()
+    loss = (torch.log(row_sums) - capped.gather(1, targets)).sum()
+    grad.div_(row_sums).scatter_add_(1, targets, grad.new_full(targets.shape, -1.0))
     # d(capped)/d(logits) = 4 * sigmoid * (1 - sigmoid) = capped * (30 - capped) / 225
-    grad = (exp / row_sums - is_target.float()) * capped * (30 - capped) / 225
-    return loss, grad
+    return loss, grad.mul_((30 - capped).mul_(capped).div_(225))
 
 
 HEAD_W_SCALE, HEAD_GRAD_SCALE = 2**-9, 1 / 448  # the FP8 head's fixed scales (see HeadLoss)
@@ -430,7 +449,12 @@ class Head(nn.Module):
         self.fp8 = fp8
 
     def forward(self, x, targets):
-        return HeadLoss.apply(rms_norm(x), self.weight, targets, self.fp8)
+        x = rms_norm(x)
+        if torch.is_grad_enabled():
+            return HeadLoss.apply(x, self.weight, targets, self.fp8)
+        # validation: no gradient to compute, and no FP8: the loss of the logits as they are in bf16
+        logits = F.linear(x, self.weight.type_as(x)).float()
+        return F.cross_entropy(30 * torch.sigmoid(logits / 7.5), targets.long(), reduction="sum")
 
 
 class GPT(nn.Module):
@@ -565,11 +589,11 @@ def long_window(step, args):
 SHARD_MAGIC, SHARD_VERSION, HEADER_BYTES, BOS = 20240520, 1, 1024, 50256
 
 
-class ShardError(ValueError):
+class ShardError(UserError):
     """A token shard that is missing, empty, truncated or not in the FineWeb format."""
 
 
-class EndOfData(RuntimeError):
+class EndOfData(UserError):
     """The training shards ran out."""
 
 
@@ -591,7 +615,8 @@ def shard_token_count(path):
         raise ShardError(f"{path}: unsupported shard version {version} (expected {SHARD_VERSION})")
     expected = HEADER_BYTES + 2 * num_tokens
     if size < expected:
-        raise ShardError(f"{path}: truncated by {expected - size} bytes ({num_tokens} tokens in header)")
+        raise ShardError(f"{path}: truncated by {expected - size} bytes ({num_tokens} tokens in header); "
+                         f"download or build it again")
     if size > expected:
         raise ShardError(f"{path}: {size - expected} bytes beyond the {num_tokens} tokens in header")
     return num_tokens
@@ -608,7 +633,8 @@ def read_shard(path, pin_memory=False):
         while filled < len(view):
             n = f.readinto(view[filled:])
             if not n:
-                raise ShardError(f"{path}: truncated by {len(view) - filled} bytes while reading")
+                raise ShardError(f"{path}: truncated by {len(view) - filled} bytes while reading; download or "
+                                 f"build it again")
             filled += n
     return tokens
 
@@ -616,7 +642,7 @@ def read_shard(path, pin_memory=False):
 def shard_paths(pattern):
     paths = sorted(glob.glob(pattern))
     if not paths:
-        raise FileNotFoundError(f"no shard files match {pattern!r}")
+        raise UserError(f"{pattern}: no shard files match; check the path (--train_files, --val_files)")
     return paths
 
 
@@ -725,7 +751,7 @@ class TrainSource:
     """
 
     def __init__(self, pattern, rank, world_size, repeat, pin_memory=False):
-        self.paths = shard_paths(pattern)
+        self.pattern, self.paths = pattern, shard_paths(pattern)
         self.rank, self.world_size, self.repeat = rank, world_size, repeat
         self.shards = ShardCache(self.paths, pin_memory, wrap=repeat)
         self.start = (0, 0)
@@ -736,8 +762,8 @@ class TrainSource:
         too_short = 0  # whole shards in a row that could not fill a micro-batch
         while True:
             if shard >= len(self.paths) and not self.repeat:
-                raise EndOfData(f"training data exhausted after {len(self.paths)} shards matching the train "
-                                f"pattern; add shards or set --repeat_train_files")
+                raise EndOfData(f"{self.pattern}: training data exhausted after {len(self.paths)} shards; add "
+                                f"shards or pass --repeat_train_files")
             tokens, starts, lengths = self.shards.get(shard)
             filled = np.cumsum(lengths[doc:])
             n = int(np.searchsorted(filled, shape.tokens))  # the document that fills the micro-batch
@@ -747,7 +773,8 @@ class TrainSource:
                 return (tokens, starts[doc: doc + n + 1], cut), (shard, doc + n + 1)
             too_short += doc == 0
             if too_short == len(self.paths):
-                raise ValueError(f"no train shard holds a micro-batch of {shape.tokens} tokens of documents")
+                raise UserError(f"{self.pattern}: no train shard holds a micro-batch of {shape.tokens} tokens of "
+                                f"documents; lower --micro_batch_tokens or use larger shards")
             shard, doc = shard + 1, 0
 
     def build(self, cursor, shape, buffers):
@@ -772,7 +799,7 @@ class ValSource:
 
     def __init__(self, pattern, val_tokens, chunk, rank, world_size):
         if val_tokens % chunk:
-            raise ValueError(f"val_tokens={val_tokens} is not a multiple of val_seq_tokens={chunk}")
+            raise UserError(f"--val_tokens: {val_tokens} is not a multiple of --val_seq_tokens {chunk}")
         self.tokens = np.empty(val_tokens + 1, dtype=np.uint16)
         filled = 0
         for path in shard_paths(pattern):
@@ -782,7 +809,8 @@ class ValSource:
             if filled == len(self.tokens):
                 break
         else:
-            raise ValueError(f"validation needs {val_tokens + 1} tokens; {pattern!r} holds {filled}")
+            raise UserError(f"{pattern}: validation needs {val_tokens + 1} tokens (--val_tokens + 1) and these "
+                            f"shards hold {filled}; lower --val_tokens or add shards")
         self.chunk, self.num_chunks = chunk, val_tokens // chunk
         self.world_size, self.start = world_size, rank
 
@@ -912,8 +940,13 @@ class PrefetchLoader:
 
 
 class RunLog:
-    def __init__(self, path):
-        self.file = None
+    """Rank 0's log file, written line by line and flushed, and its console. On an interactive console a
+    progress bar stands in for the step lines (the file still gets every one); elsewhere (CI, output
+    redirected to a file) the console gets the lines. Other ranks log nothing."""
+
+    def __init__(self, path, console=sys.stdout):
+        self.file, self.console = None, console
+        self.interactive = path is not None and console.isatty()
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.file = open(path, "x", buffering=1)  # "x": never overwrite a log; line-buffered: flushed
@@ -922,7 +955,14 @@ class RunLog:
         if self.file is not None:
             self.file.write(line + "\n")
             if echo:
-                print(line, flush=True)
+                tqdm.write(line, file=self.console)  # above any progress bar; a plain print without one
+                self.console.flush()
+
+    def bar(self, total, desc, unit, leave=True):
+        """A progress bar over `total` units on an interactive console, else None."""
+        if not self.interactive:
+            return None
+        return tqdm(total=total, desc=desc, leave=leave, file=self.console, unit=unit, dynamic_ncols=True)
 
 
 def environment(world_size, device):
@@ -1056,22 +1096,16 @@ def init_process():
 def train_shape(args, world_size):
     """Each rank's share of the global batch: micro-batches of micro_batch_tokens, accumulated."""
     if args.batch_tokens % (world_size * args.micro_batch_tokens):
-        raise SystemExit(f"batch_tokens={args.batch_tokens} is not a multiple of world_size * micro_batch_tokens"
-                         f" = {world_size} * {args.micro_batch_tokens}")
+        raise UserError(f"--batch_tokens: {args.batch_tokens} is not a multiple of world_size × --micro_batch_tokens"
+                        f" = {world_size} × {args.micro_batch_tokens}; choose sizes that divide")
     return BatchShape(args.micro_batch_tokens, args.max_seq_len,
                       args.batch_tokens // (world_size * args.micro_batch_tokens))
 
 
-def main():
-    args = parse_args(sys.argv[1:])
-    rank, world_size, device = init_process()
+def train(args, rank, world_size, device, log):
     cuda = device.type == "cuda"
     shape = train_shape(args, world_size)
     val_shape = BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
-
-    run_id = f"{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
-    log = RunLog(Path("logs") / f"{run_id}.txt" if rank == 0 else None)
-    write_log_header(log, run_id, args, world_size, device)
     startup = {"imports": time.perf_counter() - PROCESS_START}
 
     clock = time.perf_counter()
@@ -1084,11 +1118,13 @@ def main():
     startup["model and data"] = time.perf_counter() - clock
 
     @torch.no_grad()
-    def evaluate(step, num_batches=val_source.batches_for_rank(rank)):
+    def evaluate(step, num_batches=val_source.batches_for_rank(rank), bar=None):
         loss, window = torch.zeros((), device=device), long_window(step, args)
         for _ in range(num_batches):
             (micro,) = val_loader.send(val_shape)
             loss += model(micro.inputs, micro.targets, micro.seqs, window)
+            if bar is not None:
+                bar.update()
         if world_size > 1:
             dist.all_reduce(loss)
         return loss.item() / args.val_tokens
@@ -1120,29 +1156,58 @@ def main():
     def timed(step):
         return f"train_time:{1000 * training_time:.1f}ms step_avg:{1000 * training_time / max(step, 1):.2f}ms"
 
+    progress = log.bar(N, "train", "step")
     clock = time.perf_counter()
     for step in range(N + 1):
         if step in (0, N) or (args.val_loss_every and step % args.val_loss_every == 0):
-            val_loss = evaluate(step)  # the clock is stopped: it restarts below
+            val_bar = log.bar(val_source.batches_for_rank(rank), "validation", "batch", leave=False)
+            val_loss = evaluate(step, bar=val_bar)  # the clock is stopped: it restarts below
+            if val_bar is not None:
+                val_bar.close()
             log(f"step:{step}/{N} val_loss:{val_loss:.4f} {timed(step)}")
             clock = time.perf_counter()
         if step == N:
             break
         train_loss = train_step(model, train_loader.send(shape), adam, muon, step, args, world_size).item()
         now = time.perf_counter()
-        training_time, clock = training_time + now - clock, now
+        step_time, training_time, clock = now - clock, training_time + now - clock, now
         if not math.isfinite(train_loss):
             log(f"error: training loss is {train_loss} at step {step + 1}; stopping")
             raise SystemExit(1)
-        log(f"step:{step + 1}/{N} train_loss:{train_loss:.4f} {timed(step + 1)}")
+        log(f"step:{step + 1}/{N} train_loss:{train_loss:.4f} {timed(step + 1)}", echo=progress is None)
+        if progress is not None:
+            progress.set_postfix_str(f"loss {train_loss:.4f}, {1000 * step_time:.0f} ms/step", refresh=False)
+            progress.update()
+    if progress is not None:
+        progress.close()
 
     if cuda:
         log(f"peak_memory: allocated={torch.cuda.max_memory_allocated() // 2**20}MiB "
             f"reserved={torch.cuda.max_memory_reserved() // 2**20}MiB")
     log(f"final val_loss:{val_loss:.4f} {timed(N)} steps:{N}")
-    if world_size > 1:
-        dist.destroy_process_group()
+
+
+def main(argv):
+    """The command line. A UserError ends the run with one line "error: ..." (also in the log) and exit
+    status 1; any other exception keeps its traceback."""
+    log = None
+    try:
+        args = parse_args(argv)
+        rank, world_size, device = init_process()
+        run_id = f"{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
+        log = RunLog(Path("logs") / f"{run_id}.txt" if rank == 0 else None)
+        write_log_header(log, run_id, args, world_size, device)
+        train(args, rank, world_size, device, log)
+    except UserError as error:
+        if log is not None:
+            log(f"error: {error}", echo=False)
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

@@ -21,6 +21,13 @@ def random_documents(rng, num_docs, min_len=1, max_len=300, vocab=50000):
     return docs
 
 
+def rel_error(a, b):
+    """||a - b|| / ||b|| over the whole tensor. Gradients are compared so, not element by element: a scalar's
+    gradient sums over every token, and the rounding of that sum differs between CPUs and kernels, which an
+    elementwise tolerance on a near-zero entry does not survive; a wrong term still moves the norm."""
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
 def randomise_zero_initialised(model, seed=0):
     """Output projections and the head start at zero, which makes every block's gradient zero: give them
     values so that a comparison of gradients means something."""

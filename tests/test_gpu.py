@@ -6,13 +6,9 @@ import torch
 import torch.nn.functional as F
 
 import train_gpt as tg
-from conftest import random_documents, randomise_zero_initialised
+from conftest import random_documents, randomise_zero_initialised, rel_error
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-
-def rel_error(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
 @pytest.mark.parametrize("window", [64, 300, 4096])

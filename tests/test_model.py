@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 import train_gpt as tg
-from conftest import randomise_zero_initialised
+from conftest import randomise_zero_initialised, rel_error
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -195,7 +195,7 @@ def test_distributed_muon_equals_single_process(world_size, tmp_path):
         assert len(params) == len(single)
         for p, q, p0 in zip(params, single, initial):
             assert (q - p0).abs().max() > MUON_LR / 10  # the steps did move the parameters
-            assert torch.allclose(p, q, rtol=0, atol=MUON_LR * MUON_STEPS * 2**-6)
+            assert rel_error(p - p0, q - p0) < 2e-2  # the updates agree to bf16 rounding
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -239,9 +239,9 @@ def test_gradient_of_a_batch_is_the_sum_over_its_halves():
 
     whole = gradients([(0, 256, seqs.cu_seqlens.tolist())])
     halves = gradients([(0, 128, [0, 50, 128]), (128, 256, [0, 72, 128])])
-    for name_and_p, a, b in zip(model.named_parameters(), whole, halves):
-        assert a.abs().max() > 0, name_and_p[0]
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * a.abs().max()), name_and_p[0]
+    for (name, _), a, b in zip(model.named_parameters(), whole, halves):
+        assert a.abs().max() > 0, name
+        assert rel_error(b, a) < 1e-4, name
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -252,43 +252,51 @@ def test_parse_args_defaults_and_overrides():
     args = tg.parse_args(["--num_iterations", "300", "--train_files", "x_*.bin", "--muon_lr", "0.1"])
     assert (args.num_iterations, args.train_files, args.muon_lr) == (300, "x_*.bin", 0.1)
     assert args.val_files == tg.Hyperparameters().val_files and not args.smoke
+    assert tg.parse_args([]) == tg.Hyperparameters()
 
 
 @pytest.mark.parametrize("argv, expected", [
     ([], False), (["--repeat_train_files"], True), (["--repeat_train_files", "--seed", "3"], True),
-    (["--repeat_train_files", "false"], False), (["--repeat_train_files", "True"], True),
-    (["--repeat_train_files", "0"], False), (["--repeat_train_files", "1"], True),
+    (["--no-repeat_train_files"], False), (["--repeat_train_files", "--no-repeat_train_files"], False),
 ])
 def test_parse_args_booleans(argv, expected):
     assert tg.parse_args(argv).repeat_train_files is expected
 
 
-def test_parse_args_rejects_a_bad_boolean():
-    with pytest.raises(SystemExit, match="true or false"):
-        tg.parse_args(["--repeat_train_files", "maybe"])
-
-
 def test_smoke_applies_smoke_settings_and_explicit_flags_win():
-    args = tg.parse_args(["--num_iterations", "7", "--smoke", "--repeat_train_files", "false"])
+    args = tg.parse_args(["--num_iterations", "7", "--smoke", "--no-repeat_train_files"])
     for name, value in tg.SMOKE_SETTINGS.items():
         if name not in ("num_iterations", "repeat_train_files"):
             assert getattr(args, name) == value, name
     assert args.num_iterations == 7 and args.repeat_train_files is False and args.smoke
-    assert tg.parse_args(["--smoke", "false"]) == tg.Hyperparameters()
+    assert tg.parse_args(["--no-smoke"]) == tg.Hyperparameters()
 
 
-@pytest.mark.parametrize("argv", [["--no_such_flag", "1"], ["num_iterations", "3"], ["--smoke", "--lr", "1"]])
-def test_parse_args_unknown_flag_names_the_valid_ones(argv):
-    with pytest.raises(SystemExit) as excinfo:
+@pytest.mark.parametrize("argv, message", [
+    (["--no_such_flag", "1"], "--no_such_flag: unknown flag"),
+    (["num_iterations", "3"], "num_iterations: unknown flag"),
+    (["--smoke", "--lr", "1"], "--lr: unknown flag"),
+    (["--num_iter", "3"], "--num_iter: unknown flag"),  # no abbreviations: a typo must not pick a flag
+    (["--seed"], "--seed: expected one argument"),
+    (["--seed", "x"], "--seed: invalid int value: 'x'"),
+    (["--repeat_train_files", "false"], "false: unknown flag"),
+])
+def test_parse_args_errors_name_the_flag(argv, message):
+    with pytest.raises(tg.UserError) as excinfo:
         tg.parse_args(argv)
-    message = str(excinfo.value)
-    assert "unknown argument" in message
-    assert all(f.name in message for f in dataclasses.fields(tg.Hyperparameters))
+    assert str(excinfo.value).startswith(message) and "--help" in str(excinfo.value)
 
 
-def test_parse_args_missing_value():
-    with pytest.raises(SystemExit, match="needs a value"):
-        tg.parse_args(["--seed"])
+def test_help_lists_every_flag_with_its_default_and_meaning(capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        tg.parse_args(["--help"])
+    assert excinfo.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    helps = tg.hyperparameter_help()
+    for field in dataclasses.fields(tg.Hyperparameters):
+        meaning = " ".join(helps[field.name].split())
+        assert f"{meaning} (default: {field.default!r})" in text, field.name
+        assert (f"--{field.name}, --no-{field.name}" if field.type is bool else f"--{field.name} ") in text
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -333,7 +341,7 @@ def check_log_format(lines, run_id, world_size):
     assert lines[4] == "==== source train_gpt.py ===="
     end = lines.index("==== end source ====")
     source = "\n".join(lines[5:end]) + "\n"
-    assert hashlib.sha256(source.encode()).hexdigest() == sha and "def main():" in source
+    assert hashlib.sha256(source.encode()).hexdigest() == sha and "def main(argv):" in source
     assert lines[end + 1].startswith("hyperparameters: {")
     args = json.loads(lines[end + 1].removeprefix("hyperparameters: "))
     assert lines[end + 2].startswith("environment: python=") and f"world_size={world_size} " in lines[end + 2]
@@ -409,7 +417,7 @@ def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
     randomise_zero_initialised(model)
     eager = copy.deepcopy(model)
     train = tg.synchronous_batches(tg.TrainSource(args.train_files, 0, 1, repeat=True), [tg.BatchShape(1024, 512, 1)] * 4)
-    (val,) = next(tg.synchronous_batches(tg.ValSource(args.val_files, 8192, 4096, 0, 1), [tg.BatchShape(4096, 4096, 1)]))
+    (val,) = next(tg.synchronous_batches(tg.ValSource(args.val_files, 2048, 1024, 0, 1), [tg.BatchShape(1024, 1024, 1)]))
     try:
         with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=8):
             tg.compile_regions(model)
@@ -420,7 +428,7 @@ def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
                     loss.backward()
                 assert torch.allclose(*losses, rtol=1e-5)
                 for (name, p), q in zip(model.named_parameters(), eager.parameters()):
-                    assert torch.allclose(p.grad, q.grad, rtol=1e-3, atol=1e-6), name
+                    assert rel_error(p.grad, q.grad) < 1e-4, name
                 with torch.no_grad():
                     losses = [m(val.inputs, val.targets, val.seqs, window) for m in (model, eager)]
                 assert torch.allclose(*losses, rtol=1e-5)
@@ -497,5 +505,5 @@ def test_compile_cache_that_cannot_be_loaded_warns_and_goes_on(content, tmp_path
 def test_train_shape_splits_the_global_batch_and_refuses_one_that_does_not_divide():
     args = tg.Hyperparameters()
     assert [tg.train_shape(args, n).accum_steps for n in (1, 2, 4, 8)] == [8, 4, 2, 1]
-    with pytest.raises(SystemExit, match="not a multiple of world_size"):
+    with pytest.raises(tg.UserError, match="--batch_tokens: 393216 is not a multiple of world_size"):
         tg.train_shape(args, 3)

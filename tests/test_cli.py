@@ -1,0 +1,142 @@
+"""train_gpt.py as a user meets it: one-line errors for bad input, tracebacks for internal errors, and the
+console (a progress bar on a terminal, plain lines elsewhere)."""
+import fcntl
+import io
+import os
+import pty
+import select
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import train_gpt as tg
+from conftest import random_documents
+from fineweb import write_shard
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = ["--smoke", "--val_tokens", "1024", "--val_loss_every", "0"]
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A working directory where data/ leads to the repository's, so that logs/ is a fresh one."""
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run_main(argv, capsys):
+    """main(argv)'s exit status, its stderr lines, and the lines of the log it wrote (None if none)."""
+    status = tg.main(argv)
+    err = capsys.readouterr().err.splitlines()
+    logs = list(Path("logs").glob("*.txt"))
+    assert len(logs) <= 1
+    return status, err, logs[0].read_text().splitlines() if logs else None
+
+
+def write_train_shard(path, num_docs, seed=0):
+    write_shard(path, np.concatenate(random_documents(np.random.default_rng(seed), num_docs, min_len=100)))
+
+
+def test_error_classes_are_user_errors():
+    assert issubclass(tg.ShardError, tg.UserError) and issubclass(tg.EndOfData, tg.UserError)
+
+
+@pytest.mark.parametrize("case", ["unknown flag", "no shards", "truncated shard", "batch does not divide",
+                                  "validation too large", "data runs out"])
+def test_user_error_is_one_line_and_status_1(case, workdir, capsys):
+    flags, expected, logged = {
+        "unknown flag": (["--nope", "1"], "error: --nope: unknown flag", False),
+        "no shards": (["--train_files", "none_*.bin"], "error: none_*.bin: no shard files match", True),
+        "truncated shard": (["--train_files", "bad_*.bin"], "error: bad_000000.bin: truncated by 5 bytes", True),
+        "batch does not divide": (["--batch_tokens", "1000"], "error: --batch_tokens: 1000 is not a multiple", True),
+        "validation too large": (["--val_tokens", "10240000", "--val_seq_tokens", "1024"],
+                                 "error: data/sample/sample_val_*.bin: validation needs 10240001 tokens", True),
+        "data runs out": (["--train_files", "few_*.bin", "--no-repeat_train_files", "--num_iterations", "50"],
+                          "error: few_*.bin: training data exhausted after 1 shards", True),
+    }[case]
+    write_train_shard(workdir / "few_000000.bin", 12)
+    write_train_shard(workdir / "bad_000000.bin", 30)
+    (workdir / "bad_000000.bin").write_bytes((workdir / "bad_000000.bin").read_bytes()[:-5])
+    status, err, log = run_main(QUICK + flags, capsys)
+    assert status == 1
+    assert len(err) == 1 and err[0].startswith(expected), err
+    assert (log is not None) == logged
+    if logged:
+        assert log[-1] == err[0] and not any(line.startswith("final") for line in log)
+
+
+def test_internal_error_keeps_its_traceback(workdir, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("a bug, not a user error")
+    monkeypatch.setattr(tg, "build_model", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        tg.main(QUICK)
+
+
+def test_command_line_error_has_no_traceback(workdir):
+    run = subprocess.run([sys.executable, str(ROOT / "train_gpt.py"), "--smoke", "--batch_tokens", "1000"],
+                         capture_output=True, text=True)
+    assert run.returncode == 1
+    assert run.stderr.splitlines() == ["error: --batch_tokens: 1000 is not a multiple of world_size × "
+                                       "--micro_batch_tokens = 1 × 512; choose sizes that divide"]
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("console", [Terminal(), io.StringIO()], ids=["terminal", "redirected"])
+def test_run_log_shows_a_bar_on_a_terminal_and_lines_elsewhere(console, tmp_path):
+    log = tg.RunLog(tmp_path / "run.txt", console)
+    log("startup: 1.0s")
+    bar = log.bar(3, "train", "step")
+    assert (bar is not None) == console.isatty()
+    for step in range(1, 4):
+        log(f"step:{step}/3 train_loss:1.0000", echo=bar is None)
+        if bar is not None:
+            bar.update()
+    log("final val_loss:1.0000")
+    if bar is not None:
+        bar.close()
+    shown = console.getvalue()
+    assert (tmp_path / "run.txt").read_text().splitlines() == [
+        "startup: 1.0s", "step:1/3 train_loss:1.0000", "step:2/3 train_loss:1.0000", "step:3/3 train_loss:1.0000",
+        "final val_loss:1.0000"]
+    assert "startup: 1.0s" in shown and "final val_loss:1.0000" in shown
+    assert ("step:2/3" in shown) != console.isatty()
+    assert ("3/3" in shown and "train" in shown) if console.isatty() else "%" not in shown
+
+
+def test_terminal_run_shows_training_and_validation_bars(workdir):
+    """A real run on a pseudo-terminal: the bar with loss and ms/step replaces the step lines on screen."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # 24 rows, 120 columns
+    command = [sys.executable, str(ROOT / "train_gpt.py"), *QUICK, "--num_iterations", "2"]
+    run = subprocess.Popen(command, stdout=follower, stderr=follower, cwd=workdir)
+    os.close(follower)
+    screen = b""
+    while True:
+        ready, _, _ = select.select([leader], [], [], 120)
+        try:
+            chunk = os.read(leader, 4096) if ready else b""
+        except OSError:  # the run ended and closed its side
+            chunk = b""
+        if not chunk:
+            break
+        screen += chunk
+    assert run.wait(timeout=60) == 0
+    os.close(leader)
+    text = screen.decode(errors="replace")
+    assert "train: 100%" in text and "2/2" in text and "ms/step" in text and "loss " in text
+    assert "validation" in text
+    assert "step:1/2 train_loss" not in text  # the bar stands in for it on screen
+    assert "final val_loss" in text
+    (log,) = (workdir / "logs").glob("*.txt")
+    assert "step:1/2 train_loss" in log.read_text()
