@@ -3,14 +3,16 @@
 One file, read top to bottom: hyperparameters, kernels, model, optimizers, data, logging, training.
     torchrun --standalone --nproc_per_node=8 train_gpt.py        the record run (defaults are its settings)
     python train_gpt.py --smoke                                    a tiny run on data/sample, on the CPU
-Any hyperparameter can be set on the command line: --num_iterations 300 --train_files 'data/x_*.bin'.
+Any hyperparameter can be set on the command line (--help lists them): --scheduled_steps 187 --train_files "data/x_*.bin".
 """
 import time
 
 PROCESS_START = time.perf_counter()  # for the start-up time split in the log
 
 import argparse
+import bisect
 import dataclasses
+import fnmatch
 import glob
 import hashlib
 import inspect
@@ -24,6 +26,7 @@ import sys
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -52,28 +55,29 @@ class Hyperparameters:
     repeat_train_files: bool = False  # cycle the train shards (small proxy corpora) instead of stopping
     val_tokens: int = 10_485_760  # validation always reads exactly these, from the start of val_files
     val_seq_tokens: int = 64 * 1024  # tokens per validation forward pass
-    batch_tokens: int = 8 * 48 * 1024  # tokens per optimizer step, over all GPUs
-    micro_batch_tokens: int = 48 * 1024  # tokens per forward pass on one GPU
-    max_seq_len: int = 2048  # longer training documents are split into attention sequences this long
+    batch_tokens: int = 8 * 48 * 1024  # tokens per optimizer step in the last stage, over all GPUs
+    micro_batch_tokens: int = 48 * 1024  # tokens per forward pass on one GPU in the last stage
     # model
     vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 128
     num_layers: int = 12  # transformer blocks
     model_dim: int = 768  # width of the residual stream
     head_dim: int = 128  # width of one attention head
-    # schedules
-    num_iterations: int = 1695  # optimizer steps
-    cooldown_frac: float = 0.45  # learning rates fall linearly over this last fraction of training
-    final_lr_frac: float = 0.1  # learning rates at the last step, as a fraction of the initial ones
-    window_max: int = 1792  # sliding window of the long-window layers at the end of training
-    muon_momentum_warmup_steps: int = 300  # Muon's momentum climbs from 0.85 to 0.95 over these steps
-    # optimizers
-    muon_lr: float = 0.05  # Muon's learning rate, for the hidden matrices
-    head_lr: float = 0.008  # Adam's learning rate for the head
-    embed_lr: float = 0.6  # Adam's learning rate for the embeddings
-    scalar_lr: float = 0.04  # Adam's learning rate for scalars and gates
+    # schedules (TRAINING_STAGES below; every schedule is a function of progress through scheduled_steps)
+    scheduled_steps: int = 1270  # optimizer steps over which the stages and learning rates are scheduled
+    extension_steps: int = 15  # steps after those, at the final learning rate, with longer windows
+    cooldown_frac: float = 0.6  # learning rates fall linearly over this last fraction of the scheduled steps
+    final_lr_frac: float = 0.15  # learning rates at the end of the cool-down, as a fraction of the initial ones
+    momentum_warmup_frac: float = 0.236  # NorMuon's momentum climbs 0.85 -> 0.95 over this fraction of steps
+    momentum_cooldown_frac: float = 0.039  # and falls back to 0.85 over this fraction at the very end
+    untie_frac: float = 2 / 3  # the embedding is the head's transpose until this fraction of the steps
+    # optimizers (PARAMETER_TABLE below holds each parameter's multipliers)
+    matrix_lr: float = 0.023  # NorMuon's learning rate, for the hidden matrices
+    matrix_wd: float = 1.2  # NorMuon's weight decay: each step decays by lr * matrix_wd * scheduled matrix_lr
+    adam_lr: float = 0.008  # Adam's learning rate, for embeddings, head and scalars
+    adam_wd: float = 0.005  # Adam's weight decay: each step decays by lr^2 * adam_wd
     # run
     val_loss_every: int = 125  # validate every this many steps; 0: only at the start and the end
-    warmup_steps: int = 3  # untimed steps that compile and warm up kernels; their effect is undone
+    warmup_steps: int = 3  # untimed steps per stage that compile and warm up kernels; their effect is undone
     compile_cache: str = ".compile_cache"  # compiled kernels kept here for later runs; "" keeps none
     seed: int = 0  # seed of the initial weights
     smoke: bool = False  # start from SMOKE_SETTINGS: a CPU-sized run on data/sample
@@ -81,10 +85,31 @@ class Hyperparameters:
 
 SMOKE_SETTINGS = dict(
     train_files="data/sample/sample_train_*.bin", val_files="data/sample/sample_val_*.bin",
-    repeat_train_files=True, val_tokens=4096, val_seq_tokens=1024, batch_tokens=1024, micro_batch_tokens=512,
-    max_seq_len=512, num_layers=4, model_dim=64, head_dim=32, num_iterations=24, window_max=256,
-    muon_momentum_warmup_steps=10, val_loss_every=8, warmup_steps=0,
+    repeat_train_files=True, val_tokens=4096, val_seq_tokens=1024, batch_tokens=1536, micro_batch_tokens=768,
+    num_layers=4, model_dim=64, head_dim=32, scheduled_steps=24, extension_steps=2, val_loss_every=8,
+    warmup_steps=0,
 )
+
+
+@dataclass(frozen=True)
+class Stage:
+    end: float  # the stage lasts until this fraction of scheduled_steps
+    batch: Fraction  # its batch and micro-batch, as a fraction of batch_tokens and micro_batch_tokens
+    max_seq_len: int  # longer documents are split into attention sequences this long
+    windows: tuple  # sliding windows of the short- and the long-window layers, in WINDOW_BLOCKs
+    lr_mul: float  # learning-rate multiplier (the cool-down leads from it to final_lr_frac)
+
+
+# The public speedrun's staged schedule (record #89): small batches, short sequences and short windows first.
+# The last row is the extension after scheduled_steps; the final validation sees longer windows still.
+TRAINING_STAGES = (
+    Stage(end=1 / 3, batch=Fraction(1, 3), max_seq_len=896, windows=(1, 3), lr_mul=1.0),
+    Stage(end=2 / 3, batch=Fraction(2, 3), max_seq_len=2048, windows=(3, 7), lr_mul=1.52),
+    Stage(end=1.0, batch=Fraction(1), max_seq_len=2048, windows=(5, 11), lr_mul=1.73),
+    Stage(end=math.inf, batch=Fraction(1), max_seq_len=2048, windows=(6, 13), lr_mul=1.73),
+)
+FINAL_VALIDATION_WINDOWS = (6, 20)
+WINDOW_BLOCK = 128  # tokens
 
 
 class UserError(Exception):
@@ -130,12 +155,9 @@ def parse_args(argv):
 
 
 # ----------------------------------------------------------------------------------------------------
-# Kernels: attention over packed documents, the head's loss and its FP8 matmuls, orthogonalisation for Muon
+# Kernels: attention over packed documents, the head's loss and its FP8 matmuls, orthogonalisation for NorMuon
 
-ATTENTION_SCALE = 0.12  # with QK-norm the logits need a larger scale than 1/sqrt(head_dim)
-
-
-def attention(q, k, v, seqs, window):
+def attention(q, k, v, seqs, window, scale):
     """Causal attention inside each sequence of a packed batch, each query seeing its last `window` keys.
 
     q, k, v: (tokens, heads, head_dim); seqs: the batch's SequenceBoundaries. On CUDA this is
@@ -143,17 +165,17 @@ def attention(q, k, v, seqs, window):
     """
     if q.is_cuda:
         cu, n = seqs.cu_seqlens, seqs.max_len
-        return varlen_attn(q, k, v, cu, cu, n, n, scale=ATTENTION_SCALE, window_size=(window - 1, 0))
-    return dense_attention(q, k, v, seqs.cu_seqlens, window)
+        return varlen_attn(q, k, v, cu, cu, n, n, scale=scale, window_size=(window - 1, 0))
+    return dense_attention(q, k, v, seqs.cu_seqlens, window, scale)
 
 
-def dense_attention(q, k, v, cu_seqlens, window):
+def dense_attention(q, k, v, cu_seqlens, window, scale):
     pos = torch.arange(q.size(0), device=q.device)
     seq_id = torch.searchsorted(cu_seqlens[1:], pos, right=True)
     distance = pos[:, None] - pos[None, :]
     mask = (seq_id[:, None] == seq_id[None, :]) & (distance >= 0) & (distance < window)
     q, k, v = (t.transpose(0, 1) for t in (q, k, v))
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=ATTENTION_SCALE).transpose(0, 1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale).transpose(0, 1)
 
 
 def softcapped_cross_entropy(logits, targets):
@@ -300,19 +322,39 @@ def scalar(value, like):
     return torch.tensor(value, dtype=torch.float32, device=like.device)
 
 
-def orthogonalize(G, steps=5):
-    """The nearest semi-orthogonal matrix to each G[..., :, :], roughly: a quintic Newton–Schulz iteration
-    in bf16 whose coefficients push every singular value into about [0.7, 1.2] in five steps."""
-    a, b, c = 3.4445, -4.7750, 2.0315
+# Polar Express (Amsel et al., 2025): five odd quintics a x + b x^3 + c x^5, each fitted to the singular
+# values the steps before it leave, drive every singular value of a normalised matrix towards 1.
+POLAR_EXPRESS = (
+    (8.156554524902461, -22.48329292557795, 15.878769915207462),
+    (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+    (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+    (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+    (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
+)
+
+
+def orthogonalize(G):
+    """The nearest semi-orthogonal matrix to each G[..., :, :], roughly, in bf16 (Polar Express)."""
     X = G.bfloat16()
     wide = X.size(-2) <= X.size(-1)
     if not wide:
         X = X.mT
-    X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)  # singular values now at most 1
-    for _ in range(steps):
+    X = X / (1.02 * X.norm(dim=(-2, -1), keepdim=True) + 1e-6)  # singular values below 1, bf16 rounding too
+    for a, b, c in POLAR_EXPRESS:
         A = X @ X.mT
         X = a * X + (b * A + c * A @ A) @ X
     return X if wide else X.mT
+
+
+def normalize_neurons(X, second_moment, beta=0.9):
+    """NorMuon: divide each neuron's row of X (a column, for a wide matrix) by the root of its running mean
+    square, then give X back its Frobenius norm. Orthogonalisation leaves some neurons with much larger
+    updates than others; this evens them out. second_moment is updated in place."""
+    rows, cols = X.shape[-2:]
+    X = X.float()
+    second_moment.lerp_(X.square().mean(dim=-1 if rows >= cols else -2, keepdim=True), 1 - beta)
+    Y = X * second_moment.clamp_min(1e-30).rsqrt()
+    return Y * (X.norm(dim=(-2, -1), keepdim=True) / Y.norm(dim=(-2, -1), keepdim=True).clamp_min(1e-30))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -341,15 +383,38 @@ class CastedLinear(nn.Linear):
 
 
 class Rotary(nn.Module):
-    """Rotary position embedding on a quarter of each head's dimension pairs; the rest carry no position."""
+    """Rotary position embedding on a quarter of each head's dimension pairs (the rest carry no position),
+    shared by every layer, and the attention scale that goes with it.
+
+    YaRN: whenever the long window grows from `old` to `new` tokens, each frequency that turns less than
+    once over `old` tokens is slowed by old/new (it would otherwise meet positions it has never seen), one
+    that turns 32 times or more is kept, and those between are blended; the attention logits grow by
+    1 + 0.2 ln(new/old) to keep attention as sharp over more keys."""
 
     def __init__(self, head_dim, max_len):
         super().__init__()
         freqs = (1 / 1024) ** torch.linspace(0, 1, head_dim // 4)
-        freqs = torch.cat([freqs, freqs.new_zeros(head_dim // 4)])
-        angles = torch.outer(torch.arange(max_len, dtype=torch.float32), freqs)
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
+        self.register_buffer("base_freqs", torch.cat([freqs, freqs.new_zeros(head_dim // 4)]), persistent=False)
+        self.register_buffer("cos", torch.empty(max_len, head_dim // 2), persistent=False)
+        self.register_buffer("sin", torch.empty(max_len, head_dim // 2), persistent=False)
+        self.long_windows = None
+        self.stretch((WINDOW_BLOCK,))
+
+    @torch.no_grad()
+    def stretch(self, long_windows):
+        """Set the tables for a run whose long window has taken the values `long_windows` (tokens, in order)."""
+        if long_windows == self.long_windows:
+            return
+        freqs, self.scale = self.base_freqs.clone(), 0.1
+        for old, new in zip(long_windows, long_windows[1:]):
+            turns = old * freqs / (2 * math.pi)
+            kept = ((turns - 1) / 31).clamp(0, 1)
+            freqs *= old / new + kept * (1 - old / new)
+            self.scale *= 1 + 0.2 * math.log(new / old)
+        angles = torch.outer(torch.arange(self.cos.size(0), dtype=torch.float32, device=freqs.device), freqs)
+        self.cos.copy_(angles.cos())  # in place: compiled graphs keep reading the same buffers
+        self.sin.copy_(angles.sin())
+        self.freqs, self.long_windows = freqs, long_windows
 
     def forward(self, x):  # (tokens, heads, head_dim)
         cos, sin = self.cos[: x.size(0), None, :], self.sin[: x.size(0), None, :]
@@ -358,12 +423,12 @@ class Rotary(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, dim, head_dim, max_len):
+    def __init__(self, dim, head_dim, rotary):
         super().__init__()
         self.num_heads, self.head_dim = dim // head_dim, head_dim
         bound = 0.5 * 3**0.5 * dim**-0.5
-        self.qkv = nn.Parameter(torch.empty(3, dim, dim).uniform_(-bound, bound))  # Muon sees q, k, v apart
-        self.rotary = Rotary(head_dim, max_len)
+        self.qkv = nn.Parameter(torch.empty(3, dim, dim).uniform_(-bound, bound))  # NorMuon sees q, k, v apart
+        self.rotary = rotary
         self.value_mix = nn.Parameter(torch.tensor([0.5, 0.5]))  # own values vs. value embedding
         self.gate = CastedLinear(12, self.num_heads, zero_init=True)  # per-head output gate from x[:12]
         self.out = CastedLinear(dim, dim, zero_init=True)
@@ -400,10 +465,10 @@ class Block(nn.Module):
     gets compiled, so that windows and sequence boundaries, which change from batch to batch, never enter
     a compiled graph and cause recompiles."""
 
-    def __init__(self, dim, head_dim, max_len, attention=True):
+    def __init__(self, dim, head_dim, rotary, attention=True):
         super().__init__()
         self.residual_mix = nn.Parameter(torch.tensor([1.0, 0.0]))  # residual stream vs. the embedding x0
-        self.attn = Attention(dim, head_dim, max_len) if attention else None
+        self.attn = Attention(dim, head_dim, rotary) if attention else None
         self.mlp = MLP(dim)
 
     def forward(self, x, x0, value_embed, skip, seqs, window):
@@ -411,7 +476,7 @@ class Block(nn.Module):
         if self.attn is None:
             return self.mix_and_mlp(x, x0, skip)
         x, normed, q, k, v = self.before_attention(x, x0, value_embed, skip)
-        return self.after_attention(x, normed, attention(q, k, v, seqs, window))
+        return self.after_attention(x, normed, attention(q, k, v, seqs, window, self.attn.rotary.scale))
 
     def before_attention(self, x, x0, value_embed, skip):
         x = self.mix(x, x0, skip)
@@ -441,11 +506,11 @@ class Block(nn.Module):
 
 class Head(nn.Module):
     """Logits of the normalised input, soft-capped to (0, 30), and the summed cross-entropy; FP8 matmuls on
-    Hopper."""
+    Hopper. Its weight starts small, not zero: it is also the embedding until the two are untied."""
 
     def __init__(self, dim, vocab_size, fp8):
         super().__init__()
-        self.weight = nn.Parameter(torch.zeros(vocab_size, dim))
+        self.weight = nn.Parameter(0.005 * torch.randn(vocab_size, dim))
         self.fp8 = fp8
 
     def forward(self, x, targets):
@@ -461,28 +526,32 @@ class GPT(nn.Module):
     def __init__(self, args: Hyperparameters, fp8):
         super().__init__()
         dim, L = args.model_dim, args.num_layers
-        max_len = max(args.micro_batch_tokens, args.val_seq_tokens)
-        self.embed = nn.Embedding(args.vocab_size, dim)
+        self.rotary = Rotary(args.head_dim, max_len=max(args.micro_batch_tokens, args.val_seq_tokens))
+        self.embed = nn.Embedding(args.vocab_size, dim)  # unused while tied: the head's weight stands in
+        self.tied = True
         # value embeddings feed the first and the last layers, mirrored as in a U-net
         self.value_embeds = nn.ModuleList(nn.Embedding(args.vocab_size, dim) for _ in range(min(3, L // 2)))
         # the layer just past the middle does without attention (found by the public speedrun)
-        self.blocks = nn.ModuleList(Block(dim, args.head_dim, max_len, attention=i != L // 2 + 1) for i in range(L))
+        self.blocks = nn.ModuleList(Block(dim, args.head_dim, self.rotary, attention=i != L // 2 + 1)
+                                    for i in range(L))
         self.skip_weights = nn.Parameter(torch.ones(L // 2))  # U-net: layer i feeds layer L-1-i
         self.head = Head(dim, args.vocab_size, fp8)
 
-    def layer_windows(self, long_window):
-        """The first layer, the one a third of the way up and the last see the long window; the others half."""
-        L = len(self.blocks)
-        return [long_window if i in (0, L // 3, L - 1) else long_window // 2 for i in range(L)]
+    def layer_windows(self, windows):
+        """The first layer, the one a third of the way up and the last see the long window; the others the
+        short one. windows: (short, long) in tokens."""
+        L, (short, long) = len(self.blocks), windows
+        return [long if i in (0, L // 3, L - 1) else short for i in range(L)]
 
-    def forward(self, inputs, targets, seqs, long_window):
+    def forward(self, inputs, targets, seqs, windows):
         """Summed cross-entropy of one packed batch: inputs and targets are 1-D token tensors."""
         L = len(self.blocks)
         ve = [e(inputs) for e in self.value_embeds]
         value_embeds = ve + [None] * (L - 2 * len(ve)) + ve
-        x = x0 = rms_norm(self.embed(inputs))
+        embed = self.head.weight if self.tied else self.embed.weight
+        x = x0 = rms_norm(F.embedding(inputs, embed).to(self.embed.weight.dtype))  # bf16 activations on GPU
         skips = []
-        for i, (block, window) in enumerate(zip(self.blocks, self.layer_windows(long_window))):
+        for i, (block, window) in enumerate(zip(self.blocks, self.layer_windows(windows))):
             skip = (skips.pop(), self.skip_weights[L - 1 - i]) if i >= L - len(self.skip_weights) else None
             x = block(x, x0, value_embeds[i], skip, seqs, window)
             if i < len(self.skip_weights):
@@ -491,23 +560,56 @@ class GPT(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------------
-# Optimizers: Muon for the hidden matrices, Adam for embeddings, head and scalars
+# Optimizers: NorMuon for the hidden matrices, Adam for embeddings, head and scalars; one table says which
+# parameter gets which, with its multipliers
 
 
-class Muon(torch.optim.Optimizer):
-    """Momentum SGD whose update is orthogonalised (MomentUm Orthogonalized by Newton–Schulz).
+@dataclass(frozen=True)
+class ParamConfig:
+    optimizer: str  # "normuon" or "adam"
+    lr_mul: float = 1.0  # times matrix_lr or adam_lr
+    wd_mul: float = 1.0  # times matrix_wd or adam_wd
+    betas: tuple = (0.9, 0.99)  # Adam's
 
-    Matrices of one shape form a group. With several ranks, a group's gradients are reduce-scattered
-    (summed) so that each rank holds a contiguous share of the matrices; the rank keeps the momentum of
-    its share, orthogonalises it, and the updates are all-gathered. One group's communication overlaps
-    the next group's arithmetic.
-    """
 
-    def __init__(self, params, lr, momentum, world_size=1):
-        by_shape = {}
-        for p in params:
-            by_shape.setdefault(tuple(p.shape), []).append(p)
-        super().__init__([dict(params=ps) for ps in by_shape.values()], dict(lr=lr, momentum=momentum))
+# Each parameter takes the first row whose pattern (fnmatch) matches its name. NorMuon scales a matrix's
+# learning rate by sqrt(max(1, rows / cols)) besides: 2 for the MLP's fc, whose proj gets 4 through lr_mul.
+PARAMETER_TABLE = (
+    ("blocks.*.mlp.proj.weight", ParamConfig("normuon", lr_mul=4.0)),
+    ("blocks.*.weight", ParamConfig("normuon")),
+    ("blocks.*.attn.qkv", ParamConfig("normuon")),
+    ("head.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95))),
+    ("embed.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95))),
+    ("value_embeds.*", ParamConfig("adam", lr_mul=75.0, wd_mul=5.0, betas=(0.75, 0.95))),
+    ("*", ParamConfig("adam", lr_mul=5.0, wd_mul=0.0)),  # scalars: mixing weights, U-net skip weights
+)
+
+
+def param_config(name):
+    return next(config for pattern, config in PARAMETER_TABLE if fnmatch.fnmatchcase(name, pattern))
+
+
+class NorMuon(torch.optim.Optimizer):
+    """Nesterov momentum, orthogonalised (Polar Express), normalised per neuron (NorMuon), with cautious
+    weight decay: p <- p - lr * X - lr * wd * p, the decay only where X and p have the same sign (where
+    the update shrinks p too). The decay per step is lr * wd_mul * matrix_wd * scheduled matrix lr, so it
+    falls with the square of the learning-rate schedule.
+
+    Matrices of one shape and one config form a group. With several ranks, a group's gradients are
+    reduce-scattered (summed) so that each rank holds a contiguous share of the matrices; the rank keeps
+    the momentum and second moments of its share and computes its updates, which are all-gathered. One
+    group's communication overlaps the next group's arithmetic.
+
+    Group keys: lr (the scheduled base rate, set every step), momentum (likewise), lr_mul, wd (matrix_wd
+    times wd_mul)."""
+
+    def __init__(self, named_params, lr, wd, world_size=1):
+        groups = {}
+        for name, p in named_params:
+            config = param_config(name)
+            key = (tuple(p.shape), config.lr_mul, config.wd_mul)
+            groups.setdefault(key, dict(params=[], lr_mul=config.lr_mul, wd=wd * config.wd_mul))["params"].append(p)
+        super().__init__(list(groups.values()), dict(lr=lr, momentum=0.95))
         self.world_size = world_size
 
     @torch.no_grad()
@@ -528,11 +630,15 @@ class Muon(torch.optim.Optimizer):
             if work is not None:
                 work.wait()
             state = self.state[group["params"][0]]
-            if "momentum_buffer" not in state:
+            if not state:
+                rows, cols = grad.shape[-2:]
+                neurons = (*grad.shape[:-1], 1) if rows >= cols else (*grad.shape[:-2], 1, cols)
                 state["momentum_buffer"] = torch.zeros_like(grad)
+                state["second_moment"] = grad.new_zeros(neurons, dtype=torch.float32)
             buf = state["momentum_buffer"]
             buf.lerp_(grad, 1 - group["momentum"])
             update = orthogonalize(grad.lerp_(buf, group["momentum"]))  # Nesterov momentum
+            update = normalize_neurons(update, state["second_moment"]).bfloat16()
             if W > 1:
                 full = update.new_empty(W * update.size(0), *update.shape[1:])
                 gathers.append((group, full, dist.all_gather_into_tensor(full, update, async_op=True)))
@@ -543,44 +649,135 @@ class Muon(torch.optim.Optimizer):
                 work.wait()
             params = group["params"]
             rows, cols = params[0].shape[-2:]
-            scale = -group["lr"] * max(1, rows / cols) ** 0.5
-            torch._foreach_add_(params, list(updates[: len(params)].unbind(0)), alpha=scale)
+            lr = group["lr"] * group["lr_mul"] * max(1, rows / cols) ** 0.5
+            decay = lr * group["wd"] * group["lr"]
+            for p, update in zip(params, updates.unbind(0)):
+                p.mul_(1 - decay * (update * p >= 0))
+                p.add_(update, alpha=-lr)
 
 
-def make_optimizers(model, args, world_size, device):
-    matrices = [p for p in model.blocks.parameters() if p.ndim >= 2]
-    scalars = [p for p in model.parameters() if p.ndim < 2]
-    adam = torch.optim.Adam(
-        [dict(params=[model.head.weight], lr=args.head_lr),
-         dict(params=[model.embed.weight, *model.value_embeds.parameters()], lr=args.embed_lr),
-         dict(params=scalars, lr=args.scalar_lr)],
-        betas=(0.8, 0.95), eps=1e-10, fused=device.type == "cuda")
-    muon = Muon(matrices, lr=args.muon_lr, momentum=0.95, world_size=world_size)
-    assert len(matrices) + sum(len(g["params"]) for g in adam.param_groups) == len(list(model.parameters()))
-    for opt in (adam, muon):
+class Adam(torch.optim.Optimizer):
+    """Adam with cautious weight decay: p <- p - u - lr^2 * wd * p, the decay only where u and p have the
+    same sign, lr being the group's effective rate (scheduled base rate times lr_mul).
+
+    Group keys: lr (the scheduled base rate, set every step), lr_mul, wd (adam_wd times wd_mul), betas.
+    A group's step count is the group's: a parameter that joins late (the embedding when it is untied
+    from the head) takes over its first moments and the count from the one it was tied to."""
+
+    def __init__(self, named_params, lr, wd, eps=1e-10):
+        groups = {}
+        for name, p in named_params:
+            config = param_config(name)
+            key = (config.lr_mul, config.wd_mul, config.betas)
+            group = groups.setdefault(key, dict(params=[], lr_mul=config.lr_mul, wd=wd * config.wd_mul,
+                                                betas=config.betas, steps=0))
+            group["params"].append(p)
+        super().__init__(list(groups.values()), dict(lr=lr, eps=eps))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            group["steps"] += 1
+            beta1, beta2 = group["betas"]
+            lr = group["lr"] * group["lr_mul"]
+            grads = [p.grad.float() for p in params]
+            for p, g in zip(params, grads):
+                if not self.state[p]:
+                    self.state[p].update(exp_avg=torch.zeros_like(g), exp_avg_sq=torch.zeros_like(g))
+            m = [self.state[p]["exp_avg"] for p in params]
+            v = [self.state[p]["exp_avg_sq"] for p in params]
+            torch._foreach_lerp_(m, grads, 1 - beta1)
+            torch._foreach_mul_(v, beta2)
+            torch._foreach_addcmul_(v, grads, grads, 1 - beta2)
+            t = group["steps"]
+            denominators = torch._foreach_sqrt(v)
+            torch._foreach_add_(denominators, group["eps"])
+            updates = torch._foreach_div(m, denominators)
+            torch._foreach_mul_(updates, lr * (1 - beta2**t) ** 0.5 / (1 - beta1**t))
+            decay = lr * lr * group["wd"]
+            for p, update in zip(params, updates):
+                if decay:
+                    p.mul_(1 - decay * (update * p > 0))
+                p.sub_(update.to(p.dtype))
+
+    def untie(self, tied, untied):
+        """`untied` starts where `tied` is: same values, a copy of its moments."""
+        with torch.no_grad():
+            untied.copy_(tied)
+        self.state[untied] = {k: v.clone() for k, v in self.state[tied].items()}
+
+
+def make_optimizers(model, args, world_size):
+    named = list(model.named_parameters())
+    matrices = [(n, p) for n, p in named if param_config(n).optimizer == "normuon"]
+    others = [(n, p) for n, p in named if param_config(n).optimizer == "adam"]
+    assert all(p.ndim >= 2 for _, p in matrices) and len(matrices) + len(others) == len(named)
+    adam = Adam(others, lr=args.adam_lr, wd=args.adam_wd)
+    normuon = NorMuon(matrices, lr=args.matrix_lr, wd=args.matrix_wd, world_size=world_size)
+    for opt in (adam, normuon):
         for group in opt.param_groups:
             group["initial_lr"] = group["lr"]
-    return adam, muon
+    return adam, normuon
 
 
-def lr_multiplier(step, args):
-    """1 until the cool-down, then a straight line down to final_lr_frac at the last step."""
-    progress = step / args.num_iterations
-    if progress < 1 - args.cooldown_frac:
-        return 1.0
-    w = (1 - progress) / args.cooldown_frac
-    return w + (1 - w) * args.final_lr_frac
+# ----------------------------------------------------------------------------------------------------
+# Schedules: functions of the step, read from TRAINING_STAGES
 
 
-def muon_momentum(step, args):
-    frac = min(step / args.muon_momentum_warmup_steps, 1)
-    return 0.85 + 0.10 * frac
+def total_steps(args):
+    return args.scheduled_steps + args.extension_steps
 
 
-def long_window(step, args):
-    """The long-window layers' window grows in 128-token steps from 128 to window_max."""
-    blocks = math.ceil(args.window_max / 128 * step / args.num_iterations)
-    return 128 * min(max(blocks, 1), args.window_max // 128)
+def stage_starts(args):
+    """The first step of each row of TRAINING_STAGES (steps are counted from 0)."""
+    return [0] + [round(stage.end * args.scheduled_steps) for stage in TRAINING_STAGES[:-1]]
+
+
+def stage_index(step, args):
+    """The row of TRAINING_STAGES that training step `step` belongs to."""
+    return bisect.bisect_right(stage_starts(args), step) - 1
+
+
+def lr_factor(step, args):
+    """The stage's lr_mul until the cool-down, then a straight line to final_lr_frac at the last scheduled
+    step, held through the extension. Both optimizers' learning rates are scaled by it."""
+    start = int(args.scheduled_steps * (1 - args.cooldown_frac))
+    t = min(max((step - start) / (args.scheduled_steps - start), 0), 1)
+    return TRAINING_STAGES[stage_index(step, args)].lr_mul * (1 - t) + args.final_lr_frac * t
+
+
+def matrix_momentum(step, args):
+    """NorMuon's momentum: 0.85 -> 0.95 over the warm-up, 0.95, then back towards 0.85 over the last steps."""
+    warmup = max(round(args.momentum_warmup_frac * args.scheduled_steps), 1)
+    cooldown = max(round(args.momentum_cooldown_frac * args.scheduled_steps), 1)
+    cooldown_start = total_steps(args) - cooldown
+    if step > cooldown_start:
+        return 0.95 - 0.10 * (step - cooldown_start) / cooldown
+    return 0.85 + 0.10 * min(step / warmup, 1)
+
+
+def attention_windows(step, args):
+    """(short, long) sliding windows in tokens for training step `step`; step total_steps is the final
+    validation, whose windows are longer still."""
+    last = step >= total_steps(args)
+    blocks = FINAL_VALIDATION_WINDOWS if last else TRAINING_STAGES[stage_index(step, args)].windows
+    return tuple(WINDOW_BLOCK * b for b in blocks)
+
+
+def yarn_windows(step, args):
+    """The long window of every stage so far: rotary's YaRN stretch follows each change of it. The final
+    validation's longer window is no new stage and gets no stretch."""
+    index = stage_index(min(step, total_steps(args) - 1), args)
+    return tuple(WINDOW_BLOCK * stage.windows[1] for stage in TRAINING_STAGES[: index + 1])
+
+
+def untie_step(args):
+    """The embedding is the head's matrix up to and including this step, whose Adam update (odd steps only)
+    closes the two steps of gradients it has; from the next step on they are separate parameters."""
+    return round(args.untie_frac * args.scheduled_steps) | 1
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1055,29 +1252,39 @@ def build_model(args, device, world_size):
     return model
 
 
-def train_step(model, micro_batches, adam, muon, step, args, world_size):
-    """One optimizer step over a step's micro-batches; returns the mean loss per token (a device scalar)."""
-    window = long_window(step, args)
+def train_step(model, micro_batches, adam, normuon, step, args, world_size):
+    """One optimizer step over a step's micro-batches; returns the mean loss per token (a device scalar).
+    Adam steps on odd steps only, on the gradients of two steps."""
+    if step == untie_step(args) + 1:
+        adam.untie(model.head.weight, model.embed.weight)
+    model.tied = step <= untie_step(args)
+    model.rotary.stretch(yarn_windows(step, args))
+    windows = attention_windows(step, args)
     loss = torch.zeros((), device=micro_batches[0].inputs.device)
     for micro in micro_batches:
-        micro_loss = model(micro.inputs, micro.targets, micro.seqs, window)
+        micro_loss = model(micro.inputs, micro.targets, micro.seqs, windows)
         micro_loss.backward()
         loss += micro_loss.detach()
-    for opt in (adam, muon):
+    for opt in (adam, normuon):
         for group in opt.param_groups:
-            group["lr"] = group["initial_lr"] * lr_multiplier(step, args)
-    for group in muon.param_groups:
-        group["momentum"] = muon_momentum(step, args)
+            group["lr"] = group["initial_lr"] * lr_factor(step, args)
+    for group in normuon.param_groups:
+        group["momentum"] = matrix_momentum(step, args)
+    adam_step = step % 2 == 1
     reductions = []
-    if world_size > 1:  # Adam's gradients are summed while Muon communicates and computes
-        reductions = [dist.all_reduce(p.grad, async_op=True) for g in adam.param_groups for p in g["params"]]
+    if world_size > 1:  # Adam's gradients are summed while NorMuon communicates and computes
+        if adam_step:
+            reductions = [dist.all_reduce(p.grad, async_op=True)
+                          for g in adam.param_groups for p in g["params"] if p.grad is not None]
         reductions.append(dist.all_reduce(loss, async_op=True))
-    muon.step()
+    normuon.step()
+    normuon.zero_grad(set_to_none=True)
     for work in reductions:
         work.wait()
-    adam.step()
-    model.zero_grad(set_to_none=True)
-    return loss / args.batch_tokens
+    if adam_step:
+        adam.step()
+        adam.zero_grad(set_to_none=True)
+    return loss / (world_size * sum(micro.inputs.numel() for micro in micro_batches))
 
 
 def init_process():
@@ -1093,18 +1300,20 @@ def init_process():
     return rank, world_size, device
 
 
-def train_shape(args, world_size):
-    """Each rank's share of the global batch: micro-batches of micro_batch_tokens, accumulated."""
-    if args.batch_tokens % (world_size * args.micro_batch_tokens):
-        raise UserError(f"--batch_tokens: {args.batch_tokens} is not a multiple of world_size × --micro_batch_tokens"
-                        f" = {world_size} × {args.micro_batch_tokens}; choose sizes that divide")
-    return BatchShape(args.micro_batch_tokens, args.max_seq_len,
-                      args.batch_tokens // (world_size * args.micro_batch_tokens))
+def train_shape(args, world_size, stage):
+    """Each rank's share of a stage's batch: micro-batches of the stage's share of micro_batch_tokens (the
+    8-GPU record's per-rank shapes), accumulated."""
+    batch, micro = args.batch_tokens * stage.batch, args.micro_batch_tokens * stage.batch
+    if batch.denominator != 1 or micro.denominator != 1 or batch % (world_size * micro):
+        raise UserError(f"--batch_tokens: {args.batch_tokens} and --micro_batch_tokens {args.micro_batch_tokens} "
+                        f"must give whole batches at each stage's share ({stage.batch}) with micro-batches that "
+                        f"divide them over world_size {world_size}; choose sizes that divide")
+    return BatchShape(int(micro), stage.max_seq_len, int(batch // (world_size * micro)))
 
 
 def train(args, rank, world_size, device, log):
     cuda = device.type == "cuda"
-    shape = train_shape(args, world_size)
+    shapes = [train_shape(args, world_size, stage) for stage in TRAINING_STAGES]  # every stage's sizes checked now
     val_shape = BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
     startup = {"imports": time.perf_counter() - PROCESS_START}
 
@@ -1117,26 +1326,31 @@ def train(args, rank, world_size, device, log):
     train_loader, val_loader = PrefetchLoader(train_source, device), PrefetchLoader(val_source, device)
     startup["model and data"] = time.perf_counter() - clock
 
+    def step_batch(step):
+        return train_loader.send(shapes[stage_index(step, args)])
+
     @torch.no_grad()
     def evaluate(step, num_batches=val_source.batches_for_rank(rank), bar=None):
-        loss, window = torch.zeros((), device=device), long_window(step, args)
+        model.rotary.stretch(yarn_windows(step, args))
+        loss, windows = torch.zeros((), device=device), attention_windows(step, args)
         for _ in range(num_batches):
             (micro,) = val_loader.send(val_shape)
-            loss += model(micro.inputs, micro.targets, micro.seqs, window)
+            loss += model(micro.inputs, micro.targets, micro.seqs, windows)
             if bar is not None:
                 bar.update()
         if world_size > 1:
             dist.all_reduce(loss)
         return loss.item() / args.val_tokens
 
-    # Compile and warm up on real batches and every shape of the run, untimed; then undo its effects.
+    # Compile and warm up on real batches of every stage's shape (the first steps of each stage), untimed;
+    # then undo its effects.
     initial_state = {k: v.clone() for k, v in model.state_dict().items()}
-    adam, muon = make_optimizers(model, args, world_size, device)
-    for step in range(args.warmup_steps):
+    adam, normuon = make_optimizers(model, args, world_size)
+    for i, start in enumerate(stage_starts(args) if args.warmup_steps else []):
         clock = time.perf_counter()
-        train_step(model, train_loader.send(shape), adam, muon, step, args, world_size).item()
-        phase = "first step (compile)" if step == 0 else "warm-up steps"
-        startup[phase] = startup.get(phase, 0) + time.perf_counter() - clock
+        for step in range(start, start + args.warmup_steps):
+            train_step(model, step_batch(step), adam, normuon, step, args, world_size).item()
+        startup[f"warm-up stage {i}"] = time.perf_counter() - clock
     if args.warmup_steps:
         clock = time.perf_counter()
         evaluate(0, num_batches=min(1, val_source.batches_for_rank(rank)))  # compiles the validation shape
@@ -1144,13 +1358,13 @@ def train(args, rank, world_size, device, log):
         if cuda and args.compile_cache and rank == 0:
             save_compile_cache(args.compile_cache)
         model.load_state_dict(initial_state)
-        adam, muon = make_optimizers(model, args, world_size, device)
+        adam, normuon = make_optimizers(model, args, world_size)
         train_loader.restart(train_source.start)
         val_loader.restart(val_source.start)
     startup["total"] = time.perf_counter() - PROCESS_START
     log("startup: " + ", ".join(f"{k} {v:.1f}s" for k, v in startup.items()))
 
-    N = args.num_iterations
+    N = total_steps(args)
     training_time, val_loss = 0.0, float("nan")
 
     def timed(step):
@@ -1168,7 +1382,7 @@ def train(args, rank, world_size, device, log):
             clock = time.perf_counter()
         if step == N:
             break
-        train_loss = train_step(model, train_loader.send(shape), adam, muon, step, args, world_size).item()
+        train_loss = train_step(model, step_batch(step), adam, normuon, step, args, world_size).item()
         now = time.perf_counter()
         step_time, training_time, clock = now - clock, training_time + now - clock, now
         if not math.isfinite(train_loss):

@@ -54,10 +54,10 @@ def test_user_error_is_one_line_and_status_1(case, workdir, capsys):
         "unknown flag": (["--nope", "1"], "error: --nope: unknown flag", False),
         "no shards": (["--train_files", "none_*.bin"], "error: none_*.bin: no shard files match", True),
         "truncated shard": (["--train_files", "bad_*.bin"], "error: bad_000000.bin: truncated by 5 bytes", True),
-        "batch does not divide": (["--batch_tokens", "1000"], "error: --batch_tokens: 1000 is not a multiple", True),
+        "batch does not divide": (["--batch_tokens", "1000"], "error: --batch_tokens: 1000 and", True),
         "validation too large": (["--val_tokens", "10240000", "--val_seq_tokens", "1024"],
                                  "error: data/sample/sample_val_*.bin: validation needs 10240001 tokens", True),
-        "data runs out": (["--train_files", "few_*.bin", "--no-repeat_train_files", "--num_iterations", "50"],
+        "data runs out": (["--train_files", "few_*.bin", "--no-repeat_train_files", "--scheduled_steps", "50"],
                           "error: few_*.bin: training data exhausted after 1 shards", True),
     }[case]
     write_train_shard(workdir / "few_000000.bin", 12)
@@ -83,8 +83,9 @@ def test_command_line_error_has_no_traceback(workdir):
     run = subprocess.run([sys.executable, str(ROOT / "train_gpt.py"), "--smoke", "--batch_tokens", "1000"],
                          capture_output=True, text=True)
     assert run.returncode == 1
-    assert run.stderr.splitlines() == ["error: --batch_tokens: 1000 is not a multiple of world_size × "
-                                       "--micro_batch_tokens = 1 × 512; choose sizes that divide"]
+    assert run.stderr.splitlines() == ["error: --batch_tokens: 1000 and --micro_batch_tokens 768 must give whole "
+                                       "batches at each stage's share (1/3) with micro-batches that divide them "
+                                       "over world_size 1; choose sizes that divide"]
 
 
 class Terminal(io.StringIO):
@@ -118,7 +119,7 @@ def test_terminal_run_shows_training_and_validation_bars(workdir):
     """A real run on a pseudo-terminal: the bar with loss and ms/step replaces the step lines on screen."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # 24 rows, 120 columns
-    command = [sys.executable, str(ROOT / "train_gpt.py"), *QUICK, "--num_iterations", "2"]
+    command = [sys.executable, str(ROOT / "train_gpt.py"), *QUICK, "--scheduled_steps", "2", "--extension_steps", "0"]
     run = subprocess.Popen(command, stdout=follower, stderr=follower, cwd=workdir)
     os.close(follower)
     screen = b""

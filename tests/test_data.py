@@ -231,6 +231,23 @@ def test_prefetch_loader_equals_synchronous_batches(make_shards, world_size, ran
     assert_same_steps(got, expected)
 
 
+@pytest.mark.parametrize("world_size, rank", [(1, 0), (2, 1), (8, 5)])
+def test_prefetch_loader_through_every_stage_change_equals_synchronous_batches(make_shards, world_size, rank):
+    """A run's shapes, step by step through TRAINING_STAGES: micro-batches grow at each stage change and the
+    loader rebuilds what it had prefetched at the old shape."""
+    rng = np.random.default_rng(4)
+    pattern = make_shards("train", [np.concatenate(random_documents(rng, 40, max_len=900)) for _ in range(4)])
+    args = tg.parse_args(["--batch_tokens", "3072", "--micro_batch_tokens", "384", "--scheduled_steps", "12",
+                          "--extension_steps", "3"])
+    shapes = [tg.train_shape(args, world_size, tg.TRAINING_STAGES[tg.stage_index(step, args)])
+              for step in range(tg.total_steps(args))]
+    assert len({s.tokens for s in shapes}) == 3 and len({s.max_seq_len for s in shapes}) == 2
+    loader = tg.PrefetchLoader(tg.TrainSource(pattern, rank, world_size, repeat=True), CPU)
+    got = [loader.send(shape) for shape in shapes]
+    expected = list(tg.synchronous_batches(tg.TrainSource(pattern, rank, world_size, repeat=True), shapes))
+    assert_same_steps(got, expected)
+
+
 def test_prefetch_loader_restart_rewinds(make_shards):
     rng = np.random.default_rng(3)
     pattern = make_shards("train", [np.concatenate(random_documents(rng, 20)) for _ in range(2)])

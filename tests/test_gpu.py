@@ -18,8 +18,8 @@ def test_varlen_attention_matches_dense(window):
     cu = torch.tensor([0, 1, 700, 701, 1500, 2048], dtype=torch.int32, device="cuda")
     q, k, v = (torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     seqs = tg.SequenceBoundaries(cu, int((cu[1:] - cu[:-1]).max()))
-    out = tg.attention(q, k, v, seqs, window)
-    ref = tg.dense_attention(q.float(), k.float(), v.float(), cu, window)
+    out = tg.attention(q, k, v, seqs, window, 0.12)
+    ref = tg.dense_attention(q.float(), k.float(), v.float(), cu, window, 0.12)
     assert rel_error(out, ref) < 1e-2
     grad = torch.randn_like(out)
     g_fast = torch.autograd.grad(out, (q, k, v), grad)
@@ -76,16 +76,19 @@ def test_compiled_model_equals_eager_model():
     randomise_zero_initialised(model)
     eager.load_state_dict(model.state_dict())
     loader = tg.PrefetchLoader(tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True), device)
-    for window in (128, 384):
-        (micro,) = loader.send(tg.BatchShape(2048, 512, 1))
-        losses = [m(micro.inputs, micro.targets, micro.seqs, window) for m in (model, eager)]
+    for windows in ((128, 384), (384, 896)):
+        (micro,) = loader.send(tg.BatchShape(1024, 512, 1))
+        losses = [m(micro.inputs, micro.targets, micro.seqs, windows) for m in (model, eager)]
         for loss in losses:
             loss.backward()
         assert abs(losses[0].item() - losses[1].item()) < 1e-2 * losses[1].item()
         for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+            if name == "embed.weight":  # the head's weight stands in for it while tied
+                assert p.grad is None and q.grad is None
+                continue
             assert rel_error(p.grad, q.grad) < 0.05, name
         with torch.no_grad():
-            losses = [m(micro.inputs, micro.targets, micro.seqs, window) for m in (model, eager)]
+            losses = [m(micro.inputs, micro.targets, micro.seqs, windows) for m in (model, eager)]
         assert abs(losses[0].item() - losses[1].item()) < 1e-2 * losses[1].item()
 
 
