@@ -1228,10 +1228,11 @@ def save_compile_cache(directory):
 
 
 def compile_regions(model):
-    # A region gets one graph per layer structure and grad mode: before_attention has 12 (value embeddings,
-    # U-net skip, layers 0 and 6 whose inputs alias, training and validation). Past dynamo's default limit
-    # of 8, the rest would silently run uncompiled.
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 16)
+    # A region gets one graph per layer structure, grad mode and batch shape: before_attention has 12 per
+    # shape (value embeddings, U-net skip, layers 0 and 6 whose inputs alias, training and validation),
+    # and a run has three training shapes and the validation one. Past the limit (dynamo's default is 8),
+    # the rest would silently run uncompiled.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     for block in model.blocks:
         block.compile()
     model.head.compile()

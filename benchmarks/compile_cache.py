@@ -13,8 +13,11 @@ unset here): nothing compiled by an earlier run leaks into the cold one. The dir
 one unless --cache_dir names a new one: keep that to carry it to a fresh machine and start a run there
 with `--compile_cache DIR`.
 
-Prints a table: the start-up split from each run's log, the median step time over the steps after the
-first five, the median ratio of those steps to the cold run's same steps, and the final val loss.
+Each run is `--steps` steps long: --scheduled_steps STEPS --extension_steps 0, so the stages are those of the
+record scaled to it, and the warm-up compiles every stage's shapes as the record's does. Prints a table: the
+start-up split from each run's log (imports, model and data, the warm-up of each stage, validation warm-up,
+total), the median step time over the steps after the first five, the median ratio of those steps to the
+cold run's same steps, and the final val loss.
 """
 import argparse
 import os
@@ -30,14 +33,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "records"))
 from summarize import check_log  # noqa: E402
 
-STARTUP_RE = re.compile(r"([a-z][a-z ()-]*?) ([\d.]+)s(?:, |$)")
+STARTUP_RE = re.compile(r"([a-z][a-z\d ()-]*?) ([\d.]+)s(?:, |$)")  # "warm-up stage 0 12.3s, ..."
 
 
 def train(cache, steps, flags):
     """Run train_gpt.py once; returns its log's Run, its start-up split and any cache warning it printed."""
     env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
-    command = [sys.executable, "train_gpt.py", "--num_iterations", str(steps), "--val_loss_every", "0",
-               "--compile_cache", str(cache), *flags]
+    command = [sys.executable, "train_gpt.py", "--scheduled_steps", str(steps), "--extension_steps", "0",
+               "--val_loss_every", "0", "--compile_cache", str(cache), *flags]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if result.returncode:
         sys.exit(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
@@ -46,7 +49,10 @@ def train(cache, steps, flags):
     if problems:
         sys.exit("\n".join(problems))
     startup = re.search(r"^startup: (.*)$", result.stdout, re.M).group(1)
-    split = dict((name, float(seconds)) for name, seconds in STARTUP_RE.findall(startup))
+    phases = STARTUP_RE.findall(startup)
+    if ", ".join(f"{name} {seconds}s" for name, seconds in phases) != startup:  # a phase the regex would drop
+        sys.exit(f"cannot parse the start-up split {startup!r}")
+    split = {name: float(seconds) for name, seconds in phases}
     warnings = [line for line in (result.stdout + result.stderr).splitlines()
                 if "cache" in line.lower() and ("warn" in line.lower() or "mismatch" in line.lower())]
     return run, split, warnings
@@ -78,8 +84,9 @@ def main():
     print("| run | " + " | ".join(phases) + " | median step | vs cold | final val loss |")
     print("|---|" + "---:|" * (len(phases) + 3))
     for name, run, split, _ in rows:
-        # The window grows during the run, so step times climb: compare each step with the cold run's same
-        # step (the median of those ratios), not the two medians, which sit on the climb and jump with noise.
+        # Each stage has its own batch and windows, so step times change from stage to stage: compare each
+        # step with the cold run's same step (the median of those ratios), not the two medians, which mix the
+        # stages and jump with noise.
         versus_cold = statistics.median(t / c - 1 for t, c in zip(run.step_ms[5:], cold_steps))
         times = " | ".join(f"{split.get(phase, float('nan')):.1f} s" for phase in phases)
         print(f"| {name} | {times} | {statistics.median(run.step_ms[5:]):.1f} ms | {versus_cold:+.2%} | "

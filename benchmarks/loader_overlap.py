@@ -1,15 +1,19 @@
 """How much of the training step waits for data? One GPU, record shapes, real training steps.
 
-    python benchmarks/loader_overlap.py --train_files 'data/proxy/proxy_train_*.bin' [any train_gpt flag]
+    python benchmarks/loader_overlap.py --train_files 'data/proxy/proxy_train_*.bin' [--stage I] [any train_gpt flag]
 
-Runs the same training step three ways and prints a table of median step times:
+Measures at one stage of TRAINING_STAGES, by default the last (the record's micro-batch shape and its whole
+batch, accumulated), with its batch shape and windows, at the stage's first two steps in turn: Adam steps on
+odd steps only, so a step time is the mean of the two steps' medians. Runs the same training steps three
+ways and prints a table of step times:
   resident     one batch kept on the GPU and reused: the step with no data cost at all
   prefetch     train_gpt.PrefetchLoader: built by a worker thread, copied on its own stream
   synchronous  built on the training thread, then copied on the compute stream (pinned, non_blocking)
-Exposed data time = median step - median resident step. It also writes a torch.profiler trace of
+Exposed data time = step - resident step. It also writes a torch.profiler trace of
 prefetched steps (traces/prefetch.json, loadable in Perfetto) and counts the host-to-device copies
 that ran while a compute kernel was running on another stream.
 """
+import argparse
 import json
 import statistics
 import sys
@@ -47,14 +51,28 @@ class ResidentLoader:
         return self.batch
 
 
-def time_steps(model, loader, shape, args, steps, warmup=3):
-    adam, muon = tg.make_optimizers(model, args, 1, torch.device("cuda"))
-    times = []
-    for step in range(warmup + steps):
+def stage_steps(args, stage):
+    """The stage's first two steps (its only one if it has one): an even one and an odd one, on which Adam
+    steps, so that the steps timed cost what training's do on average."""
+    starts = tg.stage_starts(args)
+    end = (starts[1:] + [tg.total_steps(args)])[stage]
+    if starts[stage] >= end:
+        raise tg.UserError(f"--stage: stage {stage} has no training steps with these settings")
+    return list(range(starts[stage], min(starts[stage] + 2, end)))
+
+
+def time_steps(model, loader, shape, step_numbers, args, steps, warmup=3):
+    """The step time (s): `warmup` untimed steps, then `steps` timed ones, taking the step numbers in turn;
+    the mean over the step numbers of each one's median."""
+    adam, normuon = tg.make_optimizers(model, args, 1)
+    times = {step: [] for step in step_numbers}
+    for k in range(warmup + steps):
         start = time.perf_counter()
-        tg.train_step(model, loader.send(shape), adam, muon, step, args, 1).item()
-        times.append(time.perf_counter() - start)
-    return times[warmup:]
+        step = step_numbers[k % len(step_numbers)]
+        tg.train_step(model, loader.send(shape), adam, normuon, step, args, 1).item()
+        if k >= warmup:
+            times[step].append(time.perf_counter() - start)
+    return statistics.mean(statistics.median(t) for t in times.values())
 
 
 def copies_overlapping_kernels(trace_path):
@@ -68,36 +86,44 @@ def copies_overlapping_kernels(trace_path):
 
 
 def main():
-    args = tg.parse_args(sys.argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stage", type=int, default=len(tg.TRAINING_STAGES) - 1,
+                        choices=range(len(tg.TRAINING_STAGES)), help="the stage to measure (default: the last)")
+    own, flags = parser.parse_known_args()
+    args = tg.parse_args(flags)
     device = torch.device("cuda")
-    shape = tg.BatchShape(args.micro_batch_tokens, args.max_seq_len, args.batch_tokens // args.micro_batch_tokens)
+    shape = tg.train_shape(args, 1, tg.TRAINING_STAGES[own.stage])
+    step_numbers = stage_steps(args, own.stage)
     model = tg.build_model(args, device, 1)
     source = lambda: tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True)  # noqa: E731
     prefetch = tg.PrefetchLoader(source(), device)
     loaders = {"resident": ResidentLoader(prefetch.send(shape)), "prefetch": prefetch,
                "synchronous": SynchronousLoader(source(), device)}
-    steps = 12
-    results = {name: time_steps(model, loader, shape, args, steps) for name, loader in loaders.items()}
-    results["prefetch (again)"] = time_steps(model, prefetch, shape, args, steps)  # run-to-run spread
+    steps = 12  # even: as many of each of the two step numbers
+    results = {name: time_steps(model, loader, shape, step_numbers, args, steps) for name, loader in loaders.items()}
+    results["prefetch (again)"] = time_steps(model, prefetch, shape, step_numbers, args, steps)  # run-to-run spread
 
     Path("traces").mkdir(exist_ok=True)
-    adam, muon = tg.make_optimizers(model, args, 1, device)
+    adam, normuon = tg.make_optimizers(model, args, 1)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for step in range(2):
-            tg.train_step(model, prefetch.send(shape), adam, muon, step, args, 1).item()
+        for step in step_numbers:
+            tg.train_step(model, prefetch.send(shape), adam, normuon, step, args, 1).item()
     prof.export_chrome_trace("traces/prefetch.json")
     overlapping, copies = copies_overlapping_kernels("traces/prefetch.json")
 
-    base = statistics.median(results["resident"])
-    print(f"\n{torch.cuda.get_device_name()}, {shape.accum_steps} x {shape.tokens} tokens per step, "
-          f"median of {steps} steps after 3 warm-up steps")
-    print(f"{'loader':<18}{'median step ms':>16}{'exposed data ms':>17}{'share of step':>15}")
-    for name, times in results.items():
-        median = statistics.median(times)
-        print(f"{name:<18}{1000 * median:>16.1f}{1000 * (median - base):>17.2f}{(median - base) / median:>15.2%}")
+    base = results["resident"]
+    print(f"\n{torch.cuda.get_device_name()}, stage {own.stage} (steps {step_numbers}, windows "
+          f"{tg.attention_windows(step_numbers[0], args)}), {shape.accum_steps} x {shape.tokens} tokens per step, "
+          f"{steps} steps after 3 warm-up steps: the mean of each step number's median")
+    print(f"{'loader':<18}{'step ms':>16}{'exposed data ms':>17}{'share of step':>15}")
+    for name, step in results.items():
+        print(f"{name:<18}{1000 * step:>16.1f}{1000 * (step - base):>17.2f}{(step - base) / step:>15.2%}")
     print(f"host-to-device copies overlapping a compute kernel on another stream: {overlapping} of {copies} "
           f"(trace: traces/prefetch.json)")
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except tg.UserError as error:  # a bad flag or data file: one line, as train_gpt.py reports it
+        sys.exit(f"error: {error}")

@@ -4,10 +4,12 @@
 
 For each revision (`.` is the working tree; a path to a file is used as it is, which is the way where
 there is no git history, as on the device machines) its train_gpt.py is measured in a fresh process: the model,
-the optimizers and one step's batch, kept on the GPU so that no data cost enters; then, at the shortest
-and at the longest window of the schedule, a few untimed steps (the compile) and `--steps` timed ones.
-Prints a table: the median step per window, its ratio to the first revision's, and peak memory. The
-revisions are measured one after another, so run them in one call, on one machine.
+the optimizers and one batch per training stage, kept on the GPU so that no data cost enters; then, for each
+stage of TRAINING_STAGES, at its first steps with its batch shape and windows, a few untimed steps (the
+compile) and `--steps` timed ones. Prints a table: the step time per stage, its ratio to the first
+revision's, and peak memory. The revisions are measured one after another, so run them in one call, on one
+machine. Revisions older than TRAINING_STAGES (no stages, no tg.train_shape(args, world_size, stage)) cannot
+be measured by this script: use the step_ab.py of their own revision.
 """
 import argparse
 import importlib.util
@@ -25,36 +27,60 @@ ROOT = Path(__file__).resolve().parent.parent
 WARMUP_STEPS = 4
 
 
+def stage_steps(tg, args):
+    """(stage index, its first two steps) for each stage that has training steps: Adam steps on odd steps
+    only, so a stage's step costs the mean of an even and an odd one (a one-step stage has only its one).
+    Where a stage's second step is the one after untie_step, it unties the embedding again each time it
+    runs: a copy of one matrix and its moments, small against a step."""
+    starts = tg.stage_starts(args)
+    ends = starts[1:] + [tg.total_steps(args)]
+    return [(i, list(range(start, min(start + 2, end)))) for i, (start, end) in enumerate(zip(starts, ends))
+            if start < end]
+
+
 def measure(module_path, steps, flags):
-    """Median step (ms) at the first and the last step's window, and peak memory (GiB), as one JSON line."""
+    """Step time (ms) per stage, the stage's windows, and peak memory (GiB), printed as one JSON line:
+    {"median_ms": {stage: ms}, "windows": {stage: [short, long]}, "peak_gib": GiB}, stages as strings."""
     sys.path.insert(0, str(ROOT))
     spec = importlib.util.spec_from_file_location("train_gpt_under_test", module_path)
     tg = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = tg  # inspect finds a class's source through its module (parse_args's --help)
     spec.loader.exec_module(tg)
+    if not hasattr(tg, "TRAINING_STAGES"):
+        sys.exit(f"{module_path} has no TRAINING_STAGES: it predates the staged schedule that this script measures")
+    try:
+        print(json.dumps(measure_stages(tg, steps, flags)))
+    except tg.UserError as error:  # a bad flag or data file: one line, as train_gpt.py reports it
+        sys.exit(f"error: {error}")
+
+
+def measure_stages(tg, steps, flags):
     args = tg.parse_args(flags)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    # train_shape(args, 1), written out: revisions older than train_shape must be measurable too
-    shape = tg.BatchShape(args.micro_batch_tokens, args.max_seq_len, args.batch_tokens // args.micro_batch_tokens)
     model = tg.build_model(args, device, 1)
     source = tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=device.type == "cuda")
-    batch = tg.PrefetchLoader(source, device).send(shape)
-    adam, muon = tg.make_optimizers(model, args, 1, device)
-    result = {}
-    for step in (0, args.num_iterations - 1):
-        times = []
-        for _ in range(WARMUP_STEPS + steps):
+    loader = tg.PrefetchLoader(source, device)
+    adam, normuon = tg.make_optimizers(model, args, 1)
+    result, windows = {}, {}
+    for i, step_numbers in stage_steps(tg, args):
+        batch = loader.send(tg.train_shape(args, 1, tg.TRAINING_STAGES[i]))  # resident from here on
+        times = {step: [] for step in step_numbers}
+        for k in range(len(step_numbers) * (WARMUP_STEPS + steps)):  # the stage's steps in turn
+            step = step_numbers[k % len(step_numbers)]
             clock = time.perf_counter()
-            tg.train_step(model, batch, adam, muon, step, args, 1).item()
-            times.append(1000 * (time.perf_counter() - clock))
-        result[str(tg.long_window(step, args))] = statistics.median(times[WARMUP_STEPS:])
+            tg.train_step(model, batch, adam, normuon, step, args, 1).item()
+            times[step].append(1000 * (time.perf_counter() - clock))
+        # the median of each step, without its warm-up, averaged over the even and the odd one
+        result[str(i)] = statistics.mean(statistics.median(t[WARMUP_STEPS:]) for t in times.values())
+        windows[str(i)] = tg.attention_windows(step_numbers[0], args)
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
-    print(json.dumps({"median_ms": result, "peak_gib": peak}))
+    return {"median_ms": result, "windows": windows, "peak_gib": peak}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--revs", nargs="+", default=["HEAD", "."], help="git revisions, . or files")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per window")
+    parser.add_argument("--steps", type=int, default=10, help="timed repetitions of each measured step")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # internal: the child process's module path
     own, flags = parser.parse_known_args()
     if own.measure:
@@ -75,16 +101,26 @@ def main():
             if child.returncode:
                 sys.exit(f"{rev}: the measurement failed:\n{child.stdout[-2000:]}\n{child.stderr[-4000:]}")
             results.append((rev, json.loads(child.stdout.strip().splitlines()[-1])))
-    windows = list(results[0][1]["median_ms"])
+    # Columns are the first revision's stages; a revision that changes a stage's windows says so in its cell,
+    # and one without that stage gets a dash.
+    first = results[0][1]
+    stages = list(first["median_ms"])
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
-    print(f"{device}, batch resident, median of {own.steps} steps after {WARMUP_STEPS} per window")
-    print("| revision | " + " | ".join(f"window {w} | vs first" for w in windows) + " | peak memory |")
-    print("|---|" + "---:|---:|" * len(windows) + "---:|")
-    first = results[0][1]["median_ms"]
+    print(f"{device}, batch resident, per stage its first two steps (one with Adam's step, one without): "
+          f"the mean of their medians over {own.steps} steps after {WARMUP_STEPS}")
+    print("| revision | " + " | ".join(f"stage {s}, windows {tuple(first['windows'][s])} | vs first"
+                                      for s in stages) + " | peak memory |")
+    print("|---|" + "---:|---:|" * len(stages) + "---:|")
     for rev, result in results:
-        median = result["median_ms"]
-        cells = " | ".join(f"{median[w]:.1f} ms | {median[w] / first[w] - 1:+.2%}" for w in windows)
-        print(f"| {rev} | {cells} | {result['peak_gib']:.1f} GiB |")
+        cells = []
+        for s in stages:
+            if s not in result["median_ms"]:
+                cells.append("– | –")
+                continue
+            ms = result["median_ms"][s]
+            other = "" if result["windows"][s] == first["windows"][s] else f" at {tuple(result['windows'][s])}"
+            cells.append(f"{ms:.1f} ms{other} | {ms / first['median_ms'][s] - 1:+.2%}")
+        print(f"| {rev} | {' | '.join(cells)} | {result['peak_gib']:.1f} GiB |")
 
 
 if __name__ == "__main__":

@@ -2,14 +2,15 @@
 
     torchrun --standalone --nproc_per_node=8 benchmarks/step_profile.py [--steps 3] [any train_gpt flag]
 
-Builds the model, optimizers and loader as train_gpt.py does, then, for the shortest and the longest
-window of the schedule (the first and the last step), warms up and profiles `--steps` real training steps
-on every rank. Rank 0 prints one table row per window: the median step time, the GPU kernel time by kind
-(matmuls, attention, NCCL, the rest) and the exposed communication: the time during which an NCCL kernel
-ran and no other kernel did, the part of communication that the step waits for. NCCL kernels also count
-the time they spend waiting for the slowest rank, so their own total overstates the transfers; the
-exposed time is the figure to report, as a share of the step (median, min and max over ranks). Rank 0's
-trace of the last window goes to traces/step_profile.json (open it in Perfetto).
+Builds the model, optimizers and loader as train_gpt.py does, then, for each stage of TRAINING_STAGES (its
+batch shape and windows), warms up and profiles real training steps on every rank: `--steps` of each of the
+stage's first two steps, since Adam steps on odd steps only. Rank 0 prints one table row per stage: the step
+time (the mean of the two steps' medians), the GPU kernel time by kind (matmuls, attention, NCCL, the rest)
+and the exposed communication: the time during which an NCCL kernel ran and no other kernel did, the part
+of communication that the step waits for. NCCL kernels also count the time they spend waiting for the
+slowest rank, so their own total overstates the transfers; the exposed time is the figure to report, as a
+share of the step (rank 0's, min and max over ranks). Rank 0's trace of the last stage goes to
+traces/step_profile.json (open it in Perfetto).
 """
 import argparse
 import statistics
@@ -60,65 +61,86 @@ def exposed_time(communication, compute):
     return total
 
 
-def profile_steps(model, loader, shape, adam, muon, step, args, world_size, steps, device):
-    """Median step time (ms), kernel time by kind (ms per step) and exposed communication (ms per step)."""
-    times = []
+def stage_steps(args):
+    """(stage index, its first two steps) for each stage that has training steps: Adam steps on odd steps
+    only, so a stage's step costs the mean of an even and an odd one (a one-step stage has only its one)."""
+    starts = tg.stage_starts(args)
+    ends = starts[1:] + [tg.total_steps(args)]
+    return [(i, list(range(start, min(start + 2, end)))) for i, (start, end) in enumerate(zip(starts, ends))
+            if start < end]
+
+
+def run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, repeats):
+    """The steps step_numbers in turn, `repeats` times each; returns each one's times (ms)."""
+    times = {step: [] for step in step_numbers}
+    for _ in range(repeats):
+        for step in step_numbers:
+            clock = time.perf_counter()
+            tg.train_step(model, loader.send(shape), adam, normuon, step, args, world_size).item()
+            times[step].append(1000 * (time.perf_counter() - clock))
+    return times
+
+
+def profile_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, steps, device):
+    """Step time (ms: the mean of each step's median), kernel time by kind (ms per step) and exposed
+    communication (ms per step)."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
-        for _ in range(steps):
-            clock = time.perf_counter()
-            tg.train_step(model, loader.send(shape), adam, muon, step, args, world_size).item()
-            times.append(1000 * (time.perf_counter() - clock))
+        times = run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, steps)
     kernels = [(kernel_kind(e.name), e.time_range.start, e.time_range.end) for e in prof.events()
                if e.device_type == DeviceType.CUDA]
+    profiled = steps * len(step_numbers)
     by_kind = {kind: 0.0 for kind in ("matmul", "attention", "nccl", "other")}
     for kind, start, end in kernels:
-        by_kind[kind] += (end - start) / 1000 / steps
+        by_kind[kind] += (end - start) / 1000 / profiled
     exposed = exposed_time([(s, e) for k, s, e in kernels if k == "nccl"],
-                           [(s, e) for k, s, e in kernels if k != "nccl"]) / 1000 / steps
-    return statistics.median(times), by_kind, exposed, prof
+                           [(s, e) for k, s, e in kernels if k != "nccl"]) / 1000 / profiled
+    return statistics.mean(statistics.median(t) for t in times.values()), by_kind, exposed, prof
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=3, help="profiled steps per window")
-    parser.add_argument("--warmup", type=int, default=3, help="steps before profiling, per window")
+    parser.add_argument("--steps", type=int, default=3, help="profiled repetitions of each measured step")
+    parser.add_argument("--warmup", type=int, default=3, help="repetitions of each measured step before profiling")
     own, flags = parser.parse_known_args()
     args = tg.parse_args(flags)
     rank, world_size, device = tg.init_process()
     cuda = device.type == "cuda"
-    shape = tg.train_shape(args, world_size)
     model = tg.build_model(args, device, world_size)
     source = tg.TrainSource(args.train_files, rank, world_size, repeat=True, pin_memory=cuda)
     loader = tg.PrefetchLoader(source, device)
-    adam, muon = tg.make_optimizers(model, args, world_size, device)
+    adam, normuon = tg.make_optimizers(model, args, world_size)
 
     rows = []
-    for step in (0, args.num_iterations - 1):
-        for _ in range(own.warmup):
-            tg.train_step(model, loader.send(shape), adam, muon, step, args, world_size).item()
-        median, by_kind, exposed, prof = profile_steps(model, loader, shape, adam, muon, step, args, world_size,
-                                                       own.steps, device)
+    for i, step_numbers in stage_steps(args):
+        shape = tg.train_shape(args, world_size, tg.TRAINING_STAGES[i])
+        run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, own.warmup)
+        median, by_kind, exposed, prof = profile_steps(model, loader, shape, adam, normuon, step_numbers, args,
+                                                       world_size, own.steps, device)
         shares = [exposed / median]
         if world_size > 1:
             shares = [None] * world_size
             dist.all_gather_object(shares, exposed / median)
-        rows.append((tg.long_window(step, args), median, by_kind, exposed, shares))
+        rows.append((i, tg.attention_windows(step_numbers[0], args), median, by_kind, exposed, shares))
     if rank == 0:
         Path(ROOT, "traces").mkdir(exist_ok=True)
         prof.export_chrome_trace(str(ROOT / "traces" / "step_profile.json"))
-        print(f"{world_size} × {torch.cuda.get_device_name(device) if cuda else 'CPU'}, {own.steps} profiled steps "
-              f"after {own.warmup} per window; kernel times in ms per step (rank 0)")
-        print("| window | median step | matmul | attention | NCCL | other | exposed communication | share "
+        print(f"{world_size} × {torch.cuda.get_device_name(device) if cuda else 'CPU'}, per stage its first two "
+              f"steps, each profiled {own.steps} times after {own.warmup}; step: the mean of their medians; "
+              f"kernel times in ms per step (rank 0)")
+        print("| stage | windows | step | matmul | attention | NCCL | other | exposed communication | share "
               "of step: rank 0, min–max over ranks |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for window, median, by_kind, exposed, shares in rows:
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for i, windows, median, by_kind, exposed, shares in rows:
             kinds = " | ".join(f"{by_kind[k]:.1f}" for k in ("matmul", "attention", "nccl", "other"))
-            print(f"| {window} | {median:.1f} ms | {kinds} | {exposed:.1f} ms | {shares[0]:.1%}, "
+            print(f"| {i} | {windows} | {median:.1f} ms | {kinds} | {exposed:.1f} ms | {shares[0]:.1%}, "
                   f"{min(shares):.1%}–{max(shares):.1%} |")
     if world_size > 1:
         dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except tg.UserError as error:  # a bad flag or data file: one line, as train_gpt.py reports it
+        sys.exit(f"error: {error}")
