@@ -499,9 +499,11 @@ class Block(nn.Module):
         return x + self.mlp(rms_norm(x))
 
     def compile(self):
-        """Regional compilation: each part is one graph shared by every layer of the same structure."""
+        """Regional compilation: each part is one graph per batch shape, shared by every layer of the same
+        structure. Static shapes: given a second shape, dynamo would otherwise switch to one graph with a
+        symbolic token count, whose kernels cannot be specialised to any stage's shape."""
         for part in ("before_attention", "after_attention", "mix_and_mlp"):
-            setattr(self, part, torch.compile(getattr(self, part)))
+            setattr(self, part, torch.compile(getattr(self, part), dynamic=False))
 
 
 class Head(nn.Module):
@@ -1235,7 +1237,7 @@ def compile_regions(model):
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     for block in model.blocks:
         block.compile()
-    model.head.compile()
+    model.head.compile(dynamic=False)
 
 
 def build_model(args, device, world_size):
@@ -1343,11 +1345,13 @@ def train(args, rank, world_size, device, log):
             dist.all_reduce(loss)
         return loss.item() / args.val_tokens
 
-    # Compile and warm up on real batches of every stage's shape (the first steps of each stage), untimed;
-    # then undo its effects.
+    # Compile and warm up on real batches of every batch shape of the run (the first steps of each stage
+    # with a new shape), untimed; then undo its effects.
     initial_state = {k: v.clone() for k, v in model.state_dict().items()}
     adam, normuon = make_optimizers(model, args, world_size)
     for i, start in enumerate(stage_starts(args) if args.warmup_steps else []):
+        if i > 0 and shapes[i] == shapes[i - 1]:
+            continue
         clock = time.perf_counter()
         for step in range(start, start + args.warmup_steps):
             train_step(model, step_batch(step), adam, normuon, step, args, world_size).item()

@@ -646,6 +646,24 @@ def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
         torch._dynamo.reset()
 
 
+def test_compiled_regions_compile_each_batch_shape_statically():
+    """Three token counts, as in the three stages, must give three graphs. With dynamic shapes dynamo
+    compiles a second, symbolic graph at the second count and reuses it for the third and for the first;
+    on an H100 the first stage's steps then took 412 ms instead of 308."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    torch.manual_seed(0)
+    block = tg.Block(64, 32, tg.Rotary(32, max_len=384))
+    block.compile()
+    try:
+        for tokens in (128, 256, 384, 128):
+            x = torch.randn(tokens, 64)
+            block.before_attention(x, x, None, None)
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 3
+    finally:
+        torch._dynamo.reset()
+
+
 def reference_head_loss(x, w, targets):
     return F.cross_entropy(30 * torch.sigmoid(x.double() @ w.double().T / 7.5), targets.long(), reduction="sum")
 
