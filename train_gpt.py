@@ -1376,9 +1376,31 @@ def train(args, rank, world_size, device, log):
         return f"train_time:{1000 * training_time:.1f}ms step_avg:{1000 * training_time / max(step, 1):.2f}ms"
 
     progress = log.bar(N, "train", "step")
+    in_flight = None  # the last queued step, its loss not read yet: (its number, loss on the host, copy event)
+
+    def finish_step():
+        """Wait for the step in flight to end on the device, then time, check and log it. Called once the
+        next step is queued, so that the device never idles while the host reads a loss."""
+        nonlocal training_time, clock, in_flight
+        number, host_loss, copied = in_flight
+        if copied is not None:
+            copied.synchronize()  # the loss's copy, queued after the step's last kernel
+        train_loss, in_flight = host_loss.item(), None
+        now = time.perf_counter()
+        step_time, training_time, clock = now - clock, training_time + now - clock, now
+        if not math.isfinite(train_loss):
+            log(f"error: training loss is {train_loss} at step {number}; stopping")
+            raise SystemExit(1)
+        log(f"step:{number}/{N} train_loss:{train_loss:.4f} {timed(number)}", echo=progress is None)
+        if progress is not None:
+            progress.set_postfix_str(f"loss {train_loss:.4f}, {1000 * step_time:.0f} ms/step", refresh=False)
+            progress.update()
+
     clock = time.perf_counter()
     for step in range(N + 1):
         if step in (0, N) or (args.val_loss_every and step % args.val_loss_every == 0):
+            if in_flight is not None:
+                finish_step()
             val_bar = log.bar(val_source.batches_for_rank(rank), "validation", "batch", leave=False)
             val_loss = evaluate(step, bar=val_bar)  # the clock is stopped: it restarts below
             if val_bar is not None:
@@ -1387,16 +1409,18 @@ def train(args, rank, world_size, device, log):
             clock = time.perf_counter()
         if step == N:
             break
-        train_loss = train_step(model, step_batch(step), adam, normuon, step, args, world_size).item()
-        now = time.perf_counter()
-        step_time, training_time, clock = now - clock, training_time + now - clock, now
-        if not math.isfinite(train_loss):
-            log(f"error: training loss is {train_loss} at step {step + 1}; stopping")
-            raise SystemExit(1)
-        log(f"step:{step + 1}/{N} train_loss:{train_loss:.4f} {timed(step + 1)}", echo=progress is None)
-        if progress is not None:
-            progress.set_postfix_str(f"loss {train_loss:.4f}, {1000 * step_time:.0f} ms/step", refresh=False)
-            progress.update()
+        loss = train_step(model, step_batch(step), adam, normuon, step, args, world_size)
+        host_loss, copied = loss, None
+        if cuda:  # the loss to pinned memory behind the step's kernels; read after the next step is queued
+            host_loss = torch.empty((), dtype=loss.dtype, pin_memory=True)
+            host_loss.copy_(loss, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record()
+        if in_flight is not None:
+            finish_step()
+        in_flight = (step + 1, host_loss, copied)
+        if not cuda:  # the step ran on this thread: nothing would overlap, and its time would go to the next
+            finish_step()
     if progress is not None:
         progress.close()
 

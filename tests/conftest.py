@@ -46,3 +46,32 @@ def make_shards(tmp_path):
             write_shard(tmp_path / f"{name}_{i:06d}.bin", tokens)
         return str(tmp_path / f"{name}_*.bin")
     return make
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A working directory where data/ leads to the repository's, so that logs/ is a fresh one."""
+    (tmp_path / "data").symlink_to(ROOT / "data")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def check_nan_stops_the_run(monkeypatch, flags):
+    """Run train_gpt.main with the loss of step 3 made NaN: the log must end with the error line for step 3,
+    after the lines of steps 1 and 2, and no step after step 4 may have been queued (one step late at most)."""
+    import train_gpt as tg
+    train_step, queued = tg.train_step, []
+
+    def poisoned(model, micro_batches, adam, normuon, step, args, world_size):
+        queued.append(step)
+        loss = train_step(model, micro_batches, adam, normuon, step, args, world_size)
+        return loss * float("nan") if step == 2 else loss
+    monkeypatch.setattr(tg, "train_step", poisoned)
+    with pytest.raises(SystemExit) as excinfo:
+        tg.main(flags + ["--scheduled_steps", "6", "--extension_steps", "0"])
+    assert excinfo.value.code == 1
+    (log,) = Path("logs").glob("*.txt")
+    lines = log.read_text().splitlines()
+    assert lines[-1] == "error: training loss is nan at step 3; stopping"
+    steps = [line.split()[0] for line in lines if line.startswith("step:") and " train_loss:" in line]
+    assert steps == ["step:1/6", "step:2/6"] and max(queued) <= 3

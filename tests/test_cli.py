@@ -15,19 +15,11 @@ import numpy as np
 import pytest
 
 import train_gpt as tg
-from conftest import random_documents
+from conftest import check_nan_stops_the_run, random_documents
 from fineweb import write_shard
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ["--smoke", "--val_tokens", "1024", "--val_loss_every", "0"]
-
-
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    """A working directory where data/ leads to the repository's, so that logs/ is a fresh one."""
-    (tmp_path / "data").symlink_to(ROOT / "data")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def run_main(argv, capsys):
@@ -141,3 +133,7 @@ def test_terminal_run_shows_training_and_validation_bars(workdir):
     assert "final val_loss" in text
     (log,) = (workdir / "logs").glob("*.txt")
     assert "step:1/2 train_loss" in log.read_text()
+
+
+def test_non_finite_loss_stops_the_run_naming_its_step(workdir, monkeypatch):
+    check_nan_stops_the_run(monkeypatch, QUICK)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import train_gpt as tg
-from conftest import random_documents, randomise_zero_initialised, rel_error
+from conftest import check_nan_stops_the_run, random_documents, randomise_zero_initialised, rel_error
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -109,3 +109,9 @@ def test_prefetch_loader_on_gpu_equals_reference_under_slow_compute(make_shards)
             assert torch.equal(inputs.cpu(), e.inputs) and torch.equal(targets.cpu(), e.targets)
             assert torch.equal(cu.cpu(), e.seqs.cu_seqlens) and max_len == e.seqs.max_len
     assert loader.copy_stream != torch.cuda.current_stream()
+
+
+def test_deferred_loss_read_stops_a_gpu_run_one_step_late_at_most(workdir, monkeypatch):
+    """On a GPU the host reads step k's loss after queueing step k + 1 (a pinned copy and an event)."""
+    check_nan_stops_the_run(monkeypatch, ["--smoke", "--val_tokens", "1024", "--val_loss_every", "0",
+                                          "--compile_cache", ""])
