@@ -3,7 +3,7 @@
 One file, read top to bottom: hyperparameters, kernels, model, optimizers, data, logging, training.
     torchrun --standalone --nproc_per_node=8 train_gpt.py        the record run (defaults are its settings)
     python train_gpt.py --smoke                                    a tiny run on data/sample, on the CPU
-Any hyperparameter can be set on the command line (--help lists them): --scheduled_steps 187 --train_files "data/x_*.bin".
+Every hyperparameter is a flag (--help lists them): --scheduled_steps 187 --train_files "data/x_*.bin".
 """
 import time
 
@@ -69,7 +69,7 @@ class Hyperparameters:
     final_lr_frac: float = 0.15  # learning rates at the end of the cool-down, as a fraction of the initial ones
     momentum_warmup_frac: float = 0.236  # NorMuon's momentum climbs 0.85 -> 0.95 over this fraction of steps
     momentum_cooldown_frac: float = 0.039  # and falls back to 0.85 over this fraction at the very end
-    untie_frac: float = 2 / 3  # the embedding is the head's transpose until this fraction of the steps
+    untie_frac: float = 2 / 3  # the head's weight is also the embedding until this fraction of the steps
     # optimizers (PARAMETER_TABLE below holds each parameter's multipliers)
     matrix_lr: float = 0.023  # NorMuon's learning rate, for the hidden matrices
     matrix_wd: float = 1.2  # NorMuon's weight decay: each step decays by lr * matrix_wd * scheduled matrix_lr

@@ -496,7 +496,8 @@ def test_learning_rate_and_momentum_schedules_of_the_record():
 def test_train_shape_gives_each_stage_the_record_per_rank_shapes_and_refuses_sizes_that_do_not_divide():
     for world_size in (1, 2, 4, 8):
         shapes = [tg.train_shape(RECORD, world_size, stage) for stage in tg.TRAINING_STAGES]
-        assert [(s.tokens, s.max_seq_len) for s in shapes] == [(16384, 896), (32768, 2048), (49152, 2048), (49152, 2048)]
+        assert [(s.tokens, s.max_seq_len) for s in shapes] == [
+            (16384, 896), (32768, 2048), (49152, 2048), (49152, 2048)]
         assert all(s.accum_steps == 8 // world_size for s in shapes)
     with pytest.raises(tg.UserError, match="--batch_tokens: 393216 and --micro_batch_tokens 49152"):
         tg.train_shape(RECORD, 3, tg.TRAINING_STAGES[0])
@@ -623,8 +624,10 @@ def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
     model = tg.GPT(args, fp8=False)
     randomise_zero_initialised(model)
     eager = copy.deepcopy(model)
-    train = tg.synchronous_batches(tg.TrainSource(args.train_files, 0, 1, repeat=True), [tg.BatchShape(1024, 512, 1)] * 4)
-    (val,) = next(tg.synchronous_batches(tg.ValSource(args.val_files, 2048, 1024, 0, 1), [tg.BatchShape(1024, 1024, 1)]))
+    train = tg.synchronous_batches(tg.TrainSource(args.train_files, 0, 1, repeat=True),
+                                   [tg.BatchShape(1024, 512, 1)] * 4)
+    (val,) = next(tg.synchronous_batches(tg.ValSource(args.val_files, 2048, 1024, 0, 1),
+                                         [tg.BatchShape(1024, 1024, 1)]))
     try:
         with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=8):
             tg.compile_regions(model)
