@@ -77,7 +77,7 @@ class Hyperparameters:
     adam_wd: float = 0.005  # Adam's weight decay: each step decays by lr^2 * adam_wd
     # run
     val_loss_every: int = 125  # validate every this many steps; 0: only at the start and the end
-    warmup_steps: int = 3  # untimed steps per stage that compile and warm up kernels; their effect is undone
+    warmup_steps: int = 3  # untimed steps per batch shape that compile and warm up kernels; their effect is undone
     compile_cache: str = ".compile_cache"  # compiled kernels kept here for later runs; "" keeps none
     seed: int = 0  # seed of the initial weights
     smoke: bool = False  # start from SMOKE_SETTINGS: a CPU-sized run on data/sample
@@ -279,8 +279,9 @@ class HeadLoss(torch.autograd.Function):
 
     With fp8 (Hopper), both matmuls run in float8: x and w in e4m3, the gradient in e5m2, at fixed
     scales, which cost no extra pass over the data. They fit here: x is RMS-normalised, so
-    |x| <= sqrt(model_dim); at head_lr 0.008 the head's weights stay below 448 * HEAD_W_SCALE; and the
-    gradient of a logit lies in [-1, 1].
+    |x| <= sqrt(model_dim); the gradient of a logit lies in [-1, 1]; and the head's weights start at
+    0.005 std, far below 448 * HEAD_W_SCALE = 0.875 (not checked during training: a larger weight would
+    saturate at that value, not overflow).
     """
 
     @staticmethod
@@ -383,7 +384,7 @@ class CastedLinear(nn.Linear):
 
 
 class Rotary(nn.Module):
-    """Rotary position embedding on a quarter of each head's dimension pairs (the rest carry no position),
+    """Rotary position embedding on half of each head's dimension pairs (the rest carry no position),
     shared by every layer, and the attention scale that goes with it.
 
     YaRN: whenever the long window grows from `old` to `new` tokens, each frequency that turns less than
@@ -664,7 +665,7 @@ class Adam(torch.optim.Optimizer):
 
     Group keys: lr (the scheduled base rate, set every step), lr_mul, wd (adam_wd times wd_mul), betas.
     A group's step count is the group's: a parameter that joins late (the embedding when it is untied
-    from the head) takes over its first moments and the count from the one it was tied to."""
+    from the head, in the head's group) takes over the moments of the one it was tied to, and the count."""
 
     def __init__(self, named_params, lr, wd, eps=1e-10):
         groups = {}
@@ -706,7 +707,9 @@ class Adam(torch.optim.Optimizer):
                 p.sub_(update.to(p.dtype))
 
     def untie(self, tied, untied):
-        """`untied` starts where `tied` is: same values, a copy of its moments."""
+        """`untied` starts where `tied` is: same values, a copy of its moments, and (being in its group) its
+        step count."""
+        assert any({id(tied), id(untied)} <= {id(p) for p in g["params"]} for g in self.param_groups)
         with torch.no_grad():
             untied.copy_(tied)
         self.state[untied] = {k: v.clone() for k, v in self.state[tied].items()}
@@ -747,7 +750,7 @@ def lr_factor(step, args):
     """The stage's lr_mul until the cool-down, then a straight line to final_lr_frac at the last scheduled
     step, held through the extension. Both optimizers' learning rates are scaled by it."""
     start = int(args.scheduled_steps * (1 - args.cooldown_frac))
-    t = min(max((step - start) / (args.scheduled_steps - start), 0), 1)
+    t = min(max((step - start) / max(args.scheduled_steps - start, 1), 0), 1)
     return TRAINING_STAGES[stage_index(step, args)].lr_mul * (1 - t) + args.final_lr_frac * t
 
 
@@ -1143,9 +1146,9 @@ class RunLog:
     progress bar stands in for the step lines (the file still gets every one); elsewhere (CI, output
     redirected to a file) the console gets the lines. Other ranks log nothing."""
 
-    def __init__(self, path, console=sys.stdout):
-        self.file, self.console = None, console
-        self.interactive = path is not None and console.isatty()
+    def __init__(self, path, console=None):
+        self.file, self.console = None, console or sys.stdout
+        self.interactive = path is not None and self.console.isatty()
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.file = open(path, "x", buffering=1)  # "x": never overwrite a log; line-buffered: flushed
@@ -1275,7 +1278,7 @@ def train_step(model, micro_batches, adam, normuon, step, args, world_size):
         group["momentum"] = matrix_momentum(step, args)
     adam_step = step % 2 == 1
     reductions = []
-    if world_size > 1:  # Adam's gradients are summed while NorMuon communicates and computes
+    if world_size > 1:  # Adam's gradients are summed while NorMuon computes (queued first, they go first)
         if adam_step:
             reductions = [dist.all_reduce(p.grad, async_op=True)
                           for g in adam.param_groups for p in g["params"] if p.grad is not None]
@@ -1363,6 +1366,8 @@ def train(args, rank, world_size, device, log):
         if cuda and args.compile_cache and rank == 0:
             save_compile_cache(args.compile_cache)
         model.load_state_dict(initial_state)
+        model.zero_grad(set_to_none=True)  # Adam keeps its gradients over even steps: the warm-up may end on one
+        model.tied = True  # the warm-up may have passed the untie step
         adam, normuon = make_optimizers(model, args, world_size)
         train_loader.restart(train_source.start)
         val_loader.restart(val_source.start)

@@ -29,7 +29,7 @@ def rel_error(a, b):
 
 
 def randomise_zero_initialised(model, seed=0):
-    """Output projections and the head start at zero, which makes every block's gradient zero: give them
+    """Output projections start at zero, which makes most blocks' gradients zero: give them
     values so that a comparison of gradients means something."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():

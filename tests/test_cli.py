@@ -137,3 +137,24 @@ def test_terminal_run_shows_training_and_validation_bars(workdir):
 
 def test_non_finite_loss_stops_the_run_naming_its_step(workdir, monkeypatch):
     check_nan_stops_the_run(monkeypatch, QUICK)
+
+
+def test_warm_up_leaves_no_trace_in_the_run(workdir, monkeypatch):
+    """The smoke run's warm-up (steps 0-2, 8-10 and 16-18) passes the untie step (17) and ends on an even
+    step, whose Adam gradients are kept: the first timed step must still start tied and with no gradient."""
+    train_step, seen = tg.train_step, []
+
+    def with_grads(model):
+        return [n for n, p in model.named_parameters() if p.grad is not None]
+
+    def watched(model, micro_batches, adam, normuon, step, args, world_size):
+        before = (model.tied, with_grads(model))
+        loss = train_step(model, micro_batches, adam, normuon, step, args, world_size)
+        seen.append((step, before, with_grads(model)))
+        return loss
+    monkeypatch.setattr(tg, "train_step", watched)
+    assert tg.main(QUICK + ["--warmup_steps", "3"]) == 0
+    steps = [step for step, _, _ in seen]
+    assert steps[:9] == [0, 1, 2, 8, 9, 10, 16, 17, 18] and steps[9:] == list(range(26))
+    assert seen[8][2]  # the warm-up's last step left Adam's gradients behind
+    assert seen[9][1] == (True, [])  # the run's first step: tied, no gradient

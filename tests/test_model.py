@@ -1,4 +1,4 @@
-"""train_gpt.py's maths at tiny sizes on the CPU: orthogonalisation, rotary, attention, Muon (also over
+"""train_gpt.py's maths at tiny sizes on the CPU: orthogonalisation, rotary, attention, NorMuon (also over
 several processes), the model, the command line, the schedules, and the CPU smoke run."""
 import copy
 import dataclasses
