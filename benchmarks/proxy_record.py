@@ -1,0 +1,59 @@
+"""Proxy time-to-loss runs on one GPU, the measure of issues 13 and 14, in one command.
+
+    python benchmarks/proxy_record.py --runs 3 --out records/<date>_proxy_<name> [any train_gpt flag]
+
+Decompresses the proxy corpus (`.proxy/*.bin.xz`, a copy of ../shared/proxy-data carried to the device
+machine; or --proxy DIR) into data/proxy/ once, runs train_gpt.py --runs times one after another with the
+proxy flags below plus the flags given (e.g. --scheduled_steps 300 --extension_steps 3), copies each run's
+log into --out, and runs records/summarize.py on it against the Aug-2025 record's proxy loss 1.9004. The
+first run compiles (keep --compile_cache between calls); the record is the mean over all the runs.
+"""
+import argparse
+import lzma
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROXY_FLAGS = ["--train_files", "data/proxy/proxy_train_*.bin", "--val_files", "data/proxy/proxy_val_*.bin",
+               "--repeat_train_files", "--val_tokens", "1835008", "--val_loss_every", "50"]
+TARGET = "1.9004"  # the Aug-2025 record script's final val loss after its 250 proxy steps (189.7 s)
+
+
+def decompress(proxy_dir, data_dir):
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for archive in sorted(proxy_dir.glob("*.bin.xz")):
+        shard = data_dir / archive.name.removesuffix(".xz")
+        if not shard.exists():
+            partial = shard.with_name(shard.name + ".partial")
+            with lzma.open(archive) as source, open(partial, "wb") as target:
+                shutil.copyfileobj(source, target, 1 << 24)
+            partial.replace(shard)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3, help="training runs, one after another")
+    parser.add_argument("--out", required=True, help="folder for the logs, statistics.md and val_loss.png")
+    parser.add_argument("--proxy", default=str(ROOT / ".proxy"), help="folder of the xz-compressed proxy shards")
+    own, flags = parser.parse_known_args()
+    decompress(Path(own.proxy), ROOT / "data" / "proxy")
+    out = Path(own.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for run in range(own.runs):
+        before = set((ROOT / "logs").glob("*.txt"))
+        clock = time.perf_counter()
+        subprocess.run([sys.executable, "train_gpt.py", *PROXY_FLAGS, *flags], cwd=ROOT, check=True)
+        (log,) = set((ROOT / "logs").glob("*.txt")) - before
+        shutil.copy(log, out / log.name)
+        print(f"run {run + 1} of {own.runs}: {log.name}, {time.perf_counter() - clock:.0f} s with start-up",
+              flush=True)
+    summary = subprocess.run([sys.executable, "records/summarize.py", str(out.resolve()), "--target", TARGET],
+                             cwd=ROOT)
+    sys.exit(summary.returncode)
+
+
+if __name__ == "__main__":
+    main()
