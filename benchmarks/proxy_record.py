@@ -38,6 +38,8 @@ def main():
     parser.add_argument("--runs", type=int, default=3, help="training runs, one after another")
     parser.add_argument("--out", required=True, help="folder for the logs, statistics.md and val_loss.png")
     parser.add_argument("--proxy", default=str(ROOT / ".proxy"), help="folder of the xz-compressed proxy shards")
+    parser.add_argument("--script", default="train_gpt.py",
+                        help="the script to run, relative to the repository: another revision's copy, for an A/B")
     own, flags = parser.parse_known_args()
     decompress(Path(own.proxy), ROOT / "data" / "proxy")
     out = Path(own.out)
@@ -45,7 +47,7 @@ def main():
     for run in range(own.runs):
         before = set((ROOT / "logs").glob("*.txt"))
         clock = time.perf_counter()
-        subprocess.run([sys.executable, "train_gpt.py", *PROXY_FLAGS, *flags], cwd=ROOT, check=True)
+        subprocess.run([sys.executable, own.script, *PROXY_FLAGS, *flags], cwd=ROOT, check=True)
         (log,) = set((ROOT / "logs").glob("*.txt")) - before
         shutil.copy(log, out / log.name)
         print(f"run {run + 1} of {own.runs}: {log.name}, {time.perf_counter() - clock:.0f} s with start-up",
