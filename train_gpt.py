@@ -663,11 +663,16 @@ class Adam(torch.optim.Optimizer):
     """Adam with cautious weight decay: p <- p - u - lr^2 * wd * p, the decay only where u and p have the
     same sign, lr being the group's effective rate (scheduled base rate times lr_mul).
 
+    With several ranks each parameter is sharded: its gradient is reduce-scattered (summed) so that each
+    rank holds a contiguous slice of its elements, the rank keeps the moments of that slice and updates
+    it, and the updated slices are all-gathered. Each rank does a world_size-th of the arithmetic and
+    keeps a world_size-th of the state.
+
     Group keys: lr (the scheduled base rate, set every step), lr_mul, wd (adam_wd times wd_mul), betas.
     A group's step count is the group's: a parameter that joins late (the embedding when it is untied
     from the head, in the head's group) takes over the moments of the one it was tied to, and the count."""
 
-    def __init__(self, named_params, lr, wd, eps=1e-10):
+    def __init__(self, named_params, lr, wd, world_size=1, eps=1e-10):
         groups = {}
         for name, p in named_params:
             config = param_config(name)
@@ -676,17 +681,49 @@ class Adam(torch.optim.Optimizer):
                                                 betas=config.betas, steps=0))
             group["params"].append(p)
         super().__init__(list(groups.values()), dict(lr=lr, eps=eps))
+        self.world_size, self.rank = world_size, dist.get_rank() if world_size > 1 else 0
+        self.shares = None  # while gradients are being summed: {parameter: (this rank's share, its work)}
+
+    def slice(self, p):
+        """The elements [start, end) of p, flattened, that this rank updates, and the (padded) share size."""
+        chunk = -(-p.numel() // self.world_size)
+        start = min(self.rank * chunk, p.numel())
+        return start, min(start + chunk, p.numel()), chunk
+
+    @torch.no_grad()
+    def sum_gradients(self):
+        """Start summing the gradients over ranks, each rank receiving its slices (called early, so that the
+        transfers overlap other work; step() calls it if nobody did)."""
+        self.shares = {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if self.world_size == 1:
+                    self.shares[p] = (p.grad.view(-1), None)
+                    continue
+                chunk = self.slice(p)[2]
+                padded = F.pad(p.grad.view(-1), (0, chunk * self.world_size - p.numel()))
+                share = padded.new_empty(chunk)
+                self.shares[p] = (share, dist.reduce_scatter_tensor(share, padded, async_op=True))
 
     @torch.no_grad()
     def step(self):
+        if self.shares is None:
+            self.sum_gradients()
+        gathers = []
         for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
+            params = [p for p in group["params"] if p in self.shares]
             if not params:
                 continue
             group["steps"] += 1
             beta1, beta2 = group["betas"]
             lr = group["lr"] * group["lr_mul"]
-            grads = [p.grad.float() for p in params]
+            for p in params:
+                work = self.shares[p][1]
+                if work is not None:
+                    work.wait()
+            grads = [self.shares[p][0].float() for p in params]
             for p, g in zip(params, grads):
                 if not self.state[p]:
                     self.state[p].update(exp_avg=torch.zeros_like(g), exp_avg_sq=torch.zeros_like(g))
@@ -702,9 +739,19 @@ class Adam(torch.optim.Optimizer):
             torch._foreach_mul_(updates, lr * (1 - beta2**t) ** 0.5 / (1 - beta1**t))
             decay = lr * lr * group["wd"]
             for p, update in zip(params, updates):
+                start, end, chunk = self.slice(p)
+                mine, update = p.view(-1)[start:end], update[: end - start]
                 if decay:
-                    p.mul_(1 - decay * (update * p > 0))
-                p.sub_(update.to(p.dtype))
+                    mine.mul_(1 - decay * (update * mine > 0))
+                mine.sub_(update.to(p.dtype))
+                if self.world_size > 1:
+                    full = p.new_empty(chunk * self.world_size)
+                    padded = F.pad(mine, (0, chunk - (end - start)))
+                    gathers.append((p, full, dist.all_gather_into_tensor(full, padded, async_op=True)))
+        for p, full, work in gathers:
+            work.wait()
+            p.view(-1).copy_(full[: p.numel()])
+        self.shares = None
 
     def untie(self, tied, untied):
         """`untied` starts where `tied` is: same values, a copy of its moments, and (being in its group) its
@@ -720,7 +767,7 @@ def make_optimizers(model, args, world_size):
     matrices = [(n, p) for n, p in named if param_config(n).optimizer == "normuon"]
     others = [(n, p) for n, p in named if param_config(n).optimizer == "adam"]
     assert all(p.ndim >= 2 for _, p in matrices) and len(matrices) + len(others) == len(named)
-    adam = Adam(others, lr=args.adam_lr, wd=args.adam_wd)
+    adam = Adam(others, lr=args.adam_lr, wd=args.adam_wd, world_size=world_size)
     normuon = NorMuon(matrices, lr=args.matrix_lr, wd=args.matrix_wd, world_size=world_size)
     for opt in (adam, normuon):
         for group in opt.param_groups:
@@ -1280,8 +1327,7 @@ def train_step(model, micro_batches, adam, normuon, step, args, world_size):
     reductions = []
     if world_size > 1:  # Adam's gradients are summed while NorMuon computes (queued first, they go first)
         if adam_step:
-            reductions = [dist.all_reduce(p.grad, async_op=True)
-                          for g in adam.param_groups for p in g["params"] if p.grad is not None]
+            adam.sum_gradients()
         reductions.append(dist.all_reduce(loss, async_op=True))
     normuon.step()
     normuon.zero_grad(set_to_none=True)

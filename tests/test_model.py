@@ -306,6 +306,56 @@ def test_normuon_step_against_float64_formula():
         assert rel_error(p.detach() - p0, q - p0.double()) < 0.08  # bf16 Polar Express, as above
 
 
+ADAM_SHAPES = [(50, 3), (7,), (2,), (4, 4)]  # sizes 150, 7, 2, 16: not all multiples of 2 or 4, one smaller than 4
+
+
+def run_adam(rank, world_size, num_shares):
+    """Four steps of sharded Adam (rank `rank` of world_size) on ADAM_SHAPES, the untie hand-over after the
+    second; one process takes the sum of all shares."""
+    g = torch.Generator().manual_seed(5)
+    params = [torch.randn(shape, generator=g).requires_grad_() for shape in ADAM_SHAPES]
+    untied = torch.zeros(ADAM_SHAPES[0]).requires_grad_()
+    names = ["head.weight", "scalar_a", "scalar_b", "scalar_c"]
+    adam = tg.Adam(list(zip(names, params)) + [("embed.weight", untied)], lr=0.01, wd=2.0, world_size=world_size)
+    for group in adam.param_groups:
+        group["lr_mul"] = 1.0
+    for step in range(4):
+        if step == 2:
+            adam.untie(params[0], untied)
+        grads = torch.Generator().manual_seed(200 + step)
+        for p in params + ([untied] if step >= 2 else []):
+            shares = [torch.randn(p.shape, generator=grads) for _ in range(num_shares)]
+            p.grad = shares[rank] if world_size > 1 else sum(shares)
+        adam.step()
+        adam.zero_grad(set_to_none=True)
+    return [p.detach() for p in params + [untied]]
+
+
+def adam_worker(rank, world_size, port, out_dir):
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        torch.save(run_adam(rank, world_size, world_size), Path(out_dir) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_sharded_adam_equals_single_process(world_size, tmp_path):
+    """Each rank updates a slice of every parameter (padded: 7 and 150 elements are no multiples of 4, and
+    2 leaves ranks without a slice) and the slices are gathered: every rank must end with the parameters
+    one process computes from the summed gradients, the untied copy included."""
+    single = run_adam(0, 1, world_size)
+    mp.spawn(adam_worker, args=(world_size, free_port(), str(tmp_path)), nprocs=world_size)
+    for rank in range(world_size):
+        params = torch.load(tmp_path / f"rank{rank}.pt")
+        assert len(params) == len(single)
+        for p, q in zip(params, single):
+            assert torch.allclose(p, q, rtol=0, atol=1e-6)
+    assert not torch.allclose(single[0], single[-1])  # the untied copy went its own way
+
+
 ADAM = dict(lr=0.01, betas=(0.8, 0.95), wd=3.0, eps=1e-10)
 
 
