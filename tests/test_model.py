@@ -249,12 +249,13 @@ def run_muon(rank, world_size, num_shares):
     return [p.detach() for p in params]
 
 
-def muon_worker(rank, world_size, port, out_dir):
+def gloo_worker(rank, world_size, port, out_dir, run):
+    """Rank `rank` of a gloo group: saves run(rank, world_size, world_size) to out_dir/rank<rank>.pt."""
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
-        torch.save(run_muon(rank, world_size, world_size), Path(out_dir) / f"rank{rank}.pt")
+        torch.save(run(rank, world_size, world_size), Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -269,7 +270,7 @@ def free_port():
 def test_distributed_normuon_equals_single_process(world_size, tmp_path):
     """Groups of 5, 4 and 3 matrices: 5 and 3 are not multiples of 2 or 4, so shares are padded."""
     single = run_muon(0, 1, world_size)
-    mp.spawn(muon_worker, args=(world_size, free_port(), str(tmp_path)), nprocs=world_size)
+    mp.spawn(gloo_worker, args=(world_size, free_port(), str(tmp_path), run_muon), nprocs=world_size)
     initial = muon_parameters()
     for rank in range(world_size):
         params = torch.load(tmp_path / f"rank{rank}.pt")
@@ -331,23 +332,13 @@ def run_adam(rank, world_size, num_shares):
     return [p.detach() for p in params + [untied]]
 
 
-def adam_worker(rank, world_size, port, out_dir):
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    try:
-        torch.save(run_adam(rank, world_size, world_size), Path(out_dir) / f"rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_sharded_adam_equals_single_process(world_size, tmp_path):
     """Each rank updates a slice of every parameter (padded: 7 and 150 elements are no multiples of 4, and
     2 leaves ranks without a slice) and the slices are gathered: every rank must end with the parameters
     one process computes from the summed gradients, the untied copy included."""
     single = run_adam(0, 1, world_size)
-    mp.spawn(adam_worker, args=(world_size, free_port(), str(tmp_path)), nprocs=world_size)
+    mp.spawn(gloo_worker, args=(world_size, free_port(), str(tmp_path), run_adam), nprocs=world_size)
     for rank in range(world_size):
         params = torch.load(tmp_path / f"rank{rank}.pt")
         assert len(params) == len(single)
