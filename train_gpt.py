@@ -178,22 +178,31 @@ def dense_attention(q, k, v, cu_seqlens, window, scale):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale).transpose(0, 1)
 
 
-def softcapped_cross_entropy(logits, targets):
-    """The summed cross-entropy of the soft-capped logits 30 * sigmoid(logits / 7.5), and its gradient with
-    respect to the raw logits, in float32. The FP8 head (Hopper) uses the Triton kernel below instead;
-    this is the path without FP8 (CPU, older GPUs) and that kernel's reference.
+# Logits are soft-capped to (0, SOFTCAP): SOFTCAP * sigmoid((logit + SOFTCAP_SHIFT) / SOFTCAP_WIDTH). The shift
+# makes the cap asymmetric: a zero logit lands at 15.4 of 23, not at the middle (the public record's #54).
+SOFTCAP, SOFTCAP_SHIFT, SOFTCAP_WIDTH = 23.0, 5.0, 7.5
 
-    Soft-capping bounds every logit to (0, 30), so exp() cannot overflow in float32 and the log-sum-exp
-    needs no running maximum.
+
+def softcap(logits):
+    return SOFTCAP * torch.sigmoid((logits.float() + SOFTCAP_SHIFT) / SOFTCAP_WIDTH)
+
+
+def softcapped_cross_entropy(logits, targets):
+    """The summed cross-entropy of the soft-capped logits, and its gradient with respect to the raw logits,
+    in float32. The FP8 head (Hopper) uses the Triton kernel below instead; this is the path without FP8
+    (CPU, older GPUs) and that kernel's reference.
+
+    Soft-capping bounds every logit to (0, SOFTCAP), so exp() cannot overflow in float32 and the
+    log-sum-exp needs no running maximum.
     """
-    capped = torch.sigmoid(logits.float() / 7.5).mul_(30)
+    capped = softcap(logits)
     grad = torch.exp(capped)  # turned into the gradient in place: one logits-sized buffer fewer
     row_sums = grad.sum(dim=1, keepdim=True)
     targets = targets[:, None].long()
     loss = (torch.log(row_sums) - capped.gather(1, targets)).sum()
     grad.div_(row_sums).scatter_add_(1, targets, grad.new_full(targets.shape, -1.0))
-    # d(capped)/d(logits) = 4 * sigmoid * (1 - sigmoid) = capped * (30 - capped) / 225
-    return loss, grad.mul_((30 - capped).mul_(capped).div_(225))
+    # d(capped)/d(logits) = SOFTCAP * sigmoid * (1 - sigmoid) / SOFTCAP_WIDTH
+    return loss, grad.mul_((SOFTCAP - capped).mul_(capped).div_(SOFTCAP * SOFTCAP_WIDTH))
 
 
 HEAD_W_SCALE, HEAD_GRAD_SCALE = 2**-9, 1 / 448  # the FP8 head's fixed scales (see HeadLoss)
@@ -203,7 +212,8 @@ if triton is not None:
 
     @triton.jit
     def softcapped_cross_entropy_kernel(logits_ptr, targets_ptr, losses_ptr, grad_ptr, grad_t_ptr, T,
-                                        inverse_grad_scale, V: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
+                                        inverse_grad_scale, V: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
+                                        CAP: tl.constexpr, SHIFT: tl.constexpr, WIDTH: tl.constexpr):
         """softcapped_cross_entropy for ROWS rows: two passes over the vocabulary, the first for the row
         sums, the second for the gradient, written in e5m2 both row-major and transposed."""
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
@@ -215,7 +225,7 @@ if triton is not None:
             cols = start + tl.arange(0, COLS)
             inside = row_in[:, None] & (cols < V)[None, :]
             z = tl.load(logits_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :], mask=inside, other=0.0)
-            capped = 30 * tl.sigmoid(z.to(tl.float32) * (1 / 7.5))
+            capped = CAP * tl.sigmoid((z.to(tl.float32) + SHIFT) * (1 / WIDTH))
             row_sums += tl.sum(tl.where(inside, tl.exp(capped), 0.0), axis=1)
             target_capped += tl.sum(tl.where(cols[None, :] == targets[:, None], capped, 0.0), axis=1)
         tl.store(losses_ptr + rows, tl.log(row_sums) - target_capped, mask=row_in)
@@ -224,9 +234,9 @@ if triton is not None:
             cols = start + tl.arange(0, COLS)
             inside = row_in[:, None] & (cols < V)[None, :]
             z = tl.load(logits_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :], mask=inside, other=0.0)
-            capped = 30 * tl.sigmoid(z.to(tl.float32) * (1 / 7.5))
+            capped = CAP * tl.sigmoid((z.to(tl.float32) + SHIFT) * (1 / WIDTH))
             is_target = (cols[None, :] == targets[:, None]).to(tl.float32)
-            slope = capped * (30 - capped) * (inverse_grad_scale / 225)
+            slope = capped * (CAP - capped) * (inverse_grad_scale / (CAP * WIDTH))
             grad = (tl.exp(capped) * inverse_sums[:, None] - is_target) * slope
             grad = grad.to(tl.float8e5, fp_downcast_rounding="rtne")  # round to nearest, as torch's casts do
             tile = grad_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :]
@@ -259,7 +269,7 @@ def softcapped_cross_entropy_fp8(
     grad_t = torch.empty(V, T, dtype=torch.float8_e5m2, device=logits.device)
     softcapped_cross_entropy_kernel[(triton.cdiv(T, CE_ROWS),)](
         logits, targets, losses, grad, grad_t, T, 1 / HEAD_GRAD_SCALE, V=V, ROWS=CE_ROWS, COLS=CE_COLS,
-        num_warps=CE_WARPS)
+        CAP=SOFTCAP, SHIFT=SOFTCAP_SHIFT, WIDTH=SOFTCAP_WIDTH, num_warps=CE_WARPS)
     return losses.sum(), grad, grad_t
 
 
@@ -508,7 +518,7 @@ class Block(nn.Module):
 
 
 class Head(nn.Module):
-    """Logits of the normalised input, soft-capped to (0, 30), and the summed cross-entropy; FP8 matmuls on
+    """Logits of the normalised input, soft-capped to (0, SOFTCAP), and the summed cross-entropy; FP8 matmuls on
     Hopper. Its weight starts small, not zero: it is also the embedding until the two are untied."""
 
     def __init__(self, dim, vocab_size, fp8):
@@ -522,7 +532,7 @@ class Head(nn.Module):
             return HeadLoss.apply(x, self.weight, targets, self.fp8)
         # validation: no gradient to compute, and no FP8: the loss of the logits as they are in bf16
         logits = F.linear(x, self.weight.type_as(x)).float()
-        return F.cross_entropy(30 * torch.sigmoid(logits / 7.5), targets.long(), reduction="sum")
+        return F.cross_entropy(softcap(logits), targets.long(), reduction="sum")
 
 
 class GPT(nn.Module):
