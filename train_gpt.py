@@ -406,6 +406,8 @@ class Rotary(nn.Module):
         super().__init__()
         freqs = (1 / 1024) ** torch.linspace(0, 1, head_dim // 4)
         self.register_buffer("base_freqs", torch.cat([freqs, freqs.new_zeros(head_dim // 4)]), persistent=False)
+        # the dimensions that carry no position: both halves of each pair whose frequency is zero
+        self.register_buffer("stationary", torch.cat([self.base_freqs == 0] * 2), persistent=False)
         self.register_buffer("cos", torch.empty(max_len, head_dim // 2), persistent=False)
         self.register_buffer("sin", torch.empty(max_len, head_dim // 2), persistent=False)
         self.long_windows = None
@@ -434,9 +436,10 @@ class Rotary(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, dim, head_dim, rotary):
+    def __init__(self, dim, head_dim, rotary, key_offset=False):
         super().__init__()
         self.num_heads, self.head_dim = dim // head_dim, head_dim
+        self.key_offset = key_offset
         bound = 0.5 * 3**0.5 * dim**-0.5
         self.qkv = nn.Parameter(torch.empty(3, dim, dim).uniform_(-bound, bound))  # NorMuon sees q, k, v apart
         self.rotary = rotary
@@ -450,6 +453,9 @@ class Attention(nn.Module):
         qkv = F.linear(x, self.qkv.flatten(0, 1).type_as(x)).view(T, 3 * self.num_heads, self.head_dim)
         q, k, v = qkv.chunk(3, dim=1)
         q, k = self.rotary(rms_norm(q)), self.rotary(rms_norm(k))
+        if self.key_offset:  # each key's position-free dimensions from the token before (public record #49)
+            previous = torch.cat([k[:1], k[:-1]])
+            k = torch.where(self.rotary.stationary, previous, k)
         v = self.value_mix[0] * v
         if value_embed is not None:
             v = v + self.value_mix[1] * value_embed.view_as(v)
@@ -476,10 +482,10 @@ class Block(nn.Module):
     gets compiled, so that windows and sequence boundaries, which change from batch to batch, never enter
     a compiled graph and cause recompiles."""
 
-    def __init__(self, dim, head_dim, rotary, attention=True):
+    def __init__(self, dim, head_dim, rotary, attention=True, long_window=False):
         super().__init__()
         self.residual_mix = nn.Parameter(torch.tensor([1.0, 0.0]))  # residual stream vs. the embedding x0
-        self.attn = Attention(dim, head_dim, rotary) if attention else None
+        self.attn = Attention(dim, head_dim, rotary, key_offset=long_window) if attention else None
         self.mlp = MLP(dim)
 
     def forward(self, x, x0, value_embed, skip, seqs, window):
@@ -545,16 +551,17 @@ class GPT(nn.Module):
         # value embeddings feed the first and the last layers, mirrored as in a U-net
         self.value_embeds = nn.ModuleList(nn.Embedding(args.vocab_size, dim) for _ in range(min(3, L // 2)))
         # the layer just past the middle does without attention (found by the public speedrun)
-        self.blocks = nn.ModuleList(Block(dim, args.head_dim, self.rotary, attention=i != L // 2 + 1)
-                                    for i in range(L))
+        # the first layer, the one a third of the way up and the last see the long window; the others the short
+        self.long_layers = {0, L // 3, L - 1}
+        self.blocks = nn.ModuleList(Block(dim, args.head_dim, self.rotary, attention=i != L // 2 + 1,
+                                          long_window=i in self.long_layers) for i in range(L))
         self.skip_weights = nn.Parameter(torch.ones(L // 2))  # U-net: layer i feeds layer L-1-i
         self.head = Head(dim, args.vocab_size, fp8)
 
     def layer_windows(self, windows):
-        """The first layer, the one a third of the way up and the last see the long window; the others the
-        short one. windows: (short, long) in tokens."""
-        L, (short, long) = len(self.blocks), windows
-        return [long if i in (0, L // 3, L - 1) else short for i in range(L)]
+        """Each layer's window; windows: (short, long) in tokens."""
+        short, long = windows
+        return [long if i in self.long_layers else short for i in range(len(self.blocks))]
 
     def forward(self, inputs, targets, seqs, windows):
         """Summed cross-entropy of one packed batch: inputs and targets are 1-D token tensors."""

@@ -419,9 +419,14 @@ def test_initial_loss_is_near_the_summed_uniform_cross_entropy():
 
 
 def test_gradient_of_a_batch_is_the_sum_over_its_halves():
-    """Documents end at the split: the halves hold the same documents, at other packed positions."""
+    """Documents end at the split: the halves hold the same documents, at other packed positions. The key
+    offset is off: it reaches one token across a document start by design (as in the public record), which
+    the split would show."""
     torch.manual_seed(0)
     model = tg.GPT(SMOKE, fp8=False)
+    for block in model.blocks:
+        if block.attn is not None:
+            block.attn.key_offset = False
     with torch.no_grad():  # leave the zero-initialised start, where most gradients vanish
         for p in model.parameters():
             p.add_(0.02 * torch.randn_like(p))
@@ -773,3 +778,18 @@ def test_compile_cache_that_cannot_be_loaded_warns_and_goes_on(content, tmp_path
         assert messages == []
     else:
         assert len(messages) == 1 and messages[0].startswith("warning: compile cache")
+
+
+def test_key_offset_takes_the_position_free_dimensions_from_the_previous_token():
+    """Long-window layers only: dimensions with a rotary frequency keep their own key, the others take the
+    previous token's (the first token keeps its own), so one query-key product sees two tokens' content."""
+    torch.manual_seed(0)
+    rotary = tg.Rotary(32, max_len=16)
+    plain, offset = (tg.Attention(64, 32, rotary, key_offset=flag) for flag in (False, True))
+    offset.load_state_dict(plain.state_dict())
+    x = torch.randn(16, 64)
+    (_, k, v), (_, k_off, v_off) = plain.project(x, None), offset.project(x, None)
+    still = rotary.stationary
+    assert still.sum() == 16 and still[8:16].all() and not still[:8].any()  # half the pairs, both halves
+    assert torch.equal(k_off[:, :, ~still], k[:, :, ~still]) and torch.equal(v_off, v)
+    assert torch.equal(k_off[1:, :, still], k[:-1, :, still]) and torch.equal(k_off[0], k[0])
