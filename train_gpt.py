@@ -548,6 +548,8 @@ class GPT(nn.Module):
         self.rotary = Rotary(args.head_dim, max_len=max(args.micro_batch_tokens, args.val_seq_tokens))
         self.embed = nn.Embedding(args.vocab_size, dim)  # unused while tied: the head's weight stands in
         self.tied = True
+        self.smear_gate = CastedLinear(12, 1, zero_init=True)  # how much of the previous token, from e[:12]
+        self.smear_lambda = nn.Parameter(torch.zeros(()))  # zero: the smear starts as a no-op
         # value embeddings feed the first and the last layers, mirrored as in a U-net
         self.value_embeds = nn.ModuleList(nn.Embedding(args.vocab_size, dim) for _ in range(min(3, L // 2)))
         # the layer just past the middle does without attention (found by the public speedrun)
@@ -563,13 +565,20 @@ class GPT(nn.Module):
         short, long = windows
         return [long if i in self.long_layers else short for i in range(len(self.blocks))]
 
+    def smear(self, e):
+        """Each token's embedding plus a gated share of the previous token's (the public record's #34): a
+        one-token look-back before any attention. It crosses document starts, as the record's does."""
+        share = self.smear_lambda * torch.sigmoid(self.smear_gate(e[1:, :12]))
+        return torch.cat([e[:1], e[1:] + share * e[:-1]])
+
     def forward(self, inputs, targets, seqs, windows):
         """Summed cross-entropy of one packed batch: inputs and targets are 1-D token tensors."""
         L = len(self.blocks)
         ve = [e(inputs) for e in self.value_embeds]
         value_embeds = ve + [None] * (L - 2 * len(ve)) + ve
         embed = self.head.weight if self.tied else self.embed.weight
-        x = x0 = rms_norm(F.embedding(inputs, embed).to(self.embed.weight.dtype))  # bf16 activations on GPU
+        e = F.embedding(inputs, embed).to(self.embed.weight.dtype)  # bf16 activations on GPU
+        x = x0 = rms_norm(self.smear(e))
         skips = []
         for i, (block, window) in enumerate(zip(self.blocks, self.layer_windows(windows))):
             skip = (skips.pop(), self.skip_weights[L - 1 - i]) if i >= L - len(self.skip_weights) else None
@@ -601,6 +610,7 @@ PARAMETER_TABLE = (
     ("head.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95))),
     ("embed.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95))),
     ("value_embeds.*", ParamConfig("adam", lr_mul=75.0, wd_mul=5.0, betas=(0.75, 0.95))),
+    ("smear_gate.weight", ParamConfig("adam", lr_mul=0.01, wd_mul=0.0)),
     ("*", ParamConfig("adam", lr_mul=5.0, wd_mul=0.0)),  # scalars: mixing weights, U-net skip weights
 )
 

@@ -29,12 +29,12 @@ def rel_error(a, b):
 
 
 def randomise_zero_initialised(model, seed=0):
-    """Output projections start at zero, which makes most blocks' gradients zero: give them
+    """Output projections (and zero-initialised scalars) start at zero, which makes many gradients zero: give them
     values so that a comparison of gradients means something."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
-            if p.ndim >= 2 and not p.any():
+            if not p.any():
                 p.copy_(0.02 * torch.randn(p.shape, generator=generator))
 
 

@@ -420,8 +420,9 @@ def test_initial_loss_is_near_the_summed_uniform_cross_entropy():
 
 def test_gradient_of_a_batch_is_the_sum_over_its_halves():
     """Documents end at the split: the halves hold the same documents, at other packed positions. The key
-    offset is off: it reaches one token across a document start by design (as in the public record), which
-    the split would show."""
+    offset and the smear reach one token across a document start by design (as in the public record),
+    which the split would show: the key offset is off, the smear's share zero and its own gradients
+    not compared."""
     torch.manual_seed(0)
     model = tg.GPT(SMOKE, fp8=False)
     for block in model.blocks:
@@ -430,6 +431,7 @@ def test_gradient_of_a_batch_is_the_sum_over_its_halves():
     with torch.no_grad():  # leave the zero-initialised start, where most gradients vanish
         for p in model.parameters():
             p.add_(0.02 * torch.randn_like(p))
+        model.smear_lambda.zero_()
     inputs, targets, seqs = packed_batch([0, 50, 128, 200, 256], seed=1)
     windows = (64, 128)  # the long layers see 128 keys, the others 64: shorter than the longest document
 
@@ -445,6 +447,8 @@ def test_gradient_of_a_batch_is_the_sum_over_its_halves():
     for (name, _), a, b in zip(model.named_parameters(), whole, halves):
         if name == "embed.weight":  # stood in for by the head's weight while the two are tied
             assert a is None and b is None
+            continue
+        if name.startswith("smear"):
             continue
         assert a.abs().max() > 0, name
         assert rel_error(b, a) < 1e-4, name
@@ -793,3 +797,19 @@ def test_key_offset_takes_the_position_free_dimensions_from_the_previous_token()
     assert still.sum() == 16 and still[8:16].all() and not still[:8].any()  # half the pairs, both halves
     assert torch.equal(k_off[:, :, ~still], k[:, :, ~still]) and torch.equal(v_off, v)
     assert torch.equal(k_off[1:, :, still], k[:-1, :, still]) and torch.equal(k_off[0], k[0])
+
+
+def test_smear_adds_a_gated_share_of_the_previous_token_and_starts_as_a_no_op():
+    torch.manual_seed(0)
+    model = tg.GPT(SMOKE, fp8=False)
+    e = torch.randn(10, SMOKE.model_dim)
+    assert torch.equal(model.smear(e), e)  # lambda starts at zero
+    with torch.no_grad():
+        model.smear_lambda.fill_(0.7)
+        model.smear_gate.weight.normal_()
+    out = model.smear(e)
+    w = model.smear_gate.weight[0]
+    for t in range(10):
+        expected = e[t] if t == 0 else e[t] + 0.7 * torch.sigmoid(e[t, :12] @ w) * e[t - 1]
+        assert torch.allclose(out[t], expected, atol=1e-6)
+    assert tg.param_config("smear_gate.weight").lr_mul == 0.01 and tg.param_config("smear_lambda").wd_mul == 0
