@@ -110,6 +110,7 @@ TRAINING_STAGES = (
 )
 FINAL_VALIDATION_WINDOWS = (6, 20)
 WINDOW_BLOCK = 128  # tokens
+BIGRAM_ROWS, BIGRAM_SIGN_ROWS = 50304 * 15 // 2, 8192  # the bigram hash table's rows; its sign patterns
 
 
 class UserError(Exception):
@@ -488,20 +489,25 @@ class Block(nn.Module):
         self.attn = Attention(dim, head_dim, rotary, key_offset=long_window) if attention else None
         self.mlp = MLP(dim)
 
-    def forward(self, x, x0, value_embed, skip, seqs, window):
-        """skip: None, or the U-net connection into this layer as (activations, weight)."""
+    def forward(self, x, x0, value_embed, skip, bigram, seqs, window):
+        """skip: None, or the U-net connection into this layer as (activations, weight); bigram: None, or
+        the bigram embedding and its weight in this layer, added after attention."""
         if self.attn is None:
             return self.mix_and_mlp(x, x0, skip)
         x, normed, q, k, v = self.before_attention(x, x0, value_embed, skip)
-        return self.after_attention(x, normed, attention(q, k, v, seqs, window, self.attn.rotary.scale))
+        y = attention(q, k, v, seqs, window, self.attn.rotary.scale)
+        return self.after_attention(x, normed, y, *(bigram or ()))
 
     def before_attention(self, x, x0, value_embed, skip):
         x = self.mix(x, x0, skip)
         normed = rms_norm(x)
         return x, normed, *self.attn.project(normed, value_embed)
 
-    def after_attention(self, x, normed, y):
-        return self.add_mlp(x + self.attn.finish(normed, y))
+    def after_attention(self, x, normed, y, bigram=None, weight=None):
+        x = x + self.attn.finish(normed, y)
+        if bigram is not None:
+            x = x + weight * bigram
+        return self.add_mlp(x)
 
     def mix_and_mlp(self, x, x0, skip):
         return self.add_mlp(self.mix(x, x0, skip))
@@ -550,6 +556,11 @@ class GPT(nn.Module):
         self.tied = True
         self.smear_gate = CastedLinear(12, 1, zero_init=True)  # how much of the previous token, from e[:12]
         self.smear_lambda = nn.Parameter(torch.zeros(()))  # zero: the smear starts as a no-op
+        self.bigram_embed = nn.Embedding(BIGRAM_ROWS, dim)
+        nn.init.zeros_(self.bigram_embed.weight)
+        signs = torch.randn(BIGRAM_SIGN_ROWS, dim, generator=torch.Generator().manual_seed(BIGRAM_SIGN_ROWS))
+        self.register_buffer("bigram_signs", signs.sign(), persistent=False)  # the same on every rank
+        self.bigram_weights = nn.Parameter(torch.full((L,), 0.05))  # before layer 0; after attention in 1, 2, ...
         # value embeddings feed the first and the last layers, mirrored as in a U-net
         self.value_embeds = nn.ModuleList(nn.Embedding(args.vocab_size, dim) for _ in range(min(3, L // 2)))
         # the layer just past the middle does without attention (found by the public speedrun)
@@ -571,6 +582,17 @@ class GPT(nn.Module):
         share = self.smear_lambda * torch.sigmoid(self.smear_gate(e[1:, :12]))
         return torch.cat([e[:1], e[1:] + share * e[:-1]])
 
+    def bigram(self, inputs):
+        """The bigram hash embedding (the public record's #62, #83): a row of a table hashed from each token
+        and the one before it, times a fixed random sign pattern chosen by another hash of the pair, so that
+        pairs sharing a row share less of it. A micro-batch's first token has no previous one here: it gets
+        the table's last row and the first sign row. Crosses document starts, as the record's does."""
+        previous = torch.cat([inputs[:1], inputs[:-1]])
+        first = torch.arange(inputs.numel(), device=inputs.device) == 0
+        rows = torch.where(first, BIGRAM_ROWS - 1, ((36313 * inputs) ^ (27191 * previous)) % (BIGRAM_ROWS - 1))
+        signs = torch.where(first, 0, (previous ^ inputs) % BIGRAM_SIGN_ROWS)
+        return self.bigram_embed(rows) * self.bigram_signs[signs].to(self.bigram_embed.weight.dtype)
+
     def forward(self, inputs, targets, seqs, windows):
         """Summed cross-entropy of one packed batch: inputs and targets are 1-D token tensors."""
         L = len(self.blocks)
@@ -578,11 +600,14 @@ class GPT(nn.Module):
         value_embeds = ve + [None] * (L - 2 * len(ve)) + ve
         embed = self.head.weight if self.tied else self.embed.weight
         e = F.embedding(inputs, embed).to(self.embed.weight.dtype)  # bf16 activations on GPU
-        x = x0 = rms_norm(self.smear(e))
+        x0 = rms_norm(self.smear(e))
+        bigram = self.bigram(inputs)
+        x = x0 + self.bigram_weights[0] * bigram
         skips = []
         for i, (block, window) in enumerate(zip(self.blocks, self.layer_windows(windows))):
             skip = (skips.pop(), self.skip_weights[L - 1 - i]) if i >= L - len(self.skip_weights) else None
-            x = block(x, x0, value_embeds[i], skip, seqs, window)
+            layer_bigram = (bigram, self.bigram_weights[i]) if i > 0 else None
+            x = block(x, x0, value_embeds[i], skip, layer_bigram, seqs, window)
             if i < len(self.skip_weights):
                 skips.append(x)
         return self.head(x, targets)
@@ -610,6 +635,7 @@ PARAMETER_TABLE = (
     ("head.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95))),
     ("embed.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95))),
     ("value_embeds.*", ParamConfig("adam", lr_mul=75.0, wd_mul=5.0, betas=(0.75, 0.95))),
+    ("bigram_embed.weight", ParamConfig("adam", lr_mul=75.0, wd_mul=5.0, betas=(0.75, 0.95))),
     ("smear_gate.weight", ParamConfig("adam", lr_mul=0.01, wd_mul=0.0)),
     ("*", ParamConfig("adam", lr_mul=5.0, wd_mul=0.0)),  # scalars: mixing weights, U-net skip weights
 )
@@ -1323,7 +1349,7 @@ def build_model(args, device, world_size):
     torch.manual_seed(args.seed)
     model = GPT(args, fp8=cuda and torch.cuda.get_device_capability(device) >= (9, 0)).to(device)
     if cuda:
-        for embedding in (model.embed, *model.value_embeds):
+        for embedding in (model.embed, *model.value_embeds, model.bigram_embed):
             embedding.bfloat16()  # activations follow the embeddings' dtype: bf16 throughout
         compile_regions(model)
     if world_size > 1:

@@ -71,7 +71,7 @@ def test_compiled_model_equals_eager_model():
     device = torch.device("cuda")
     model = tg.build_model(args, device, 1)
     eager = tg.GPT(args, fp8=model.head.fp8).to(device)
-    for embedding in (eager.embed, *eager.value_embeds):
+    for embedding in (eager.embed, *eager.value_embeds, eager.bigram_embed):
         embedding.bfloat16()
     randomise_zero_initialised(model)
     eager.load_state_dict(model.state_dict())

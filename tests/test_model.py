@@ -420,9 +420,9 @@ def test_initial_loss_is_near_the_summed_uniform_cross_entropy():
 
 def test_gradient_of_a_batch_is_the_sum_over_its_halves():
     """Documents end at the split: the halves hold the same documents, at other packed positions. The key
-    offset and the smear reach one token across a document start by design (as in the public record),
-    which the split would show: the key offset is off, the smear's share zero and its own gradients
-    not compared."""
+    offset, the smear and the bigram hash reach one token across a document start by design (as in the
+    public record), which the split would show: the key offset is off, the smear and the bigram embedding
+    are zero and their own gradients not compared."""
     torch.manual_seed(0)
     model = tg.GPT(SMOKE, fp8=False)
     for block in model.blocks:
@@ -432,6 +432,7 @@ def test_gradient_of_a_batch_is_the_sum_over_its_halves():
         for p in model.parameters():
             p.add_(0.02 * torch.randn_like(p))
         model.smear_lambda.zero_()
+        model.bigram_embed.weight.zero_()
     inputs, targets, seqs = packed_batch([0, 50, 128, 200, 256], seed=1)
     windows = (64, 128)  # the long layers see 128 keys, the others 64: shorter than the longest document
 
@@ -448,7 +449,7 @@ def test_gradient_of_a_batch_is_the_sum_over_its_halves():
         if name == "embed.weight":  # stood in for by the head's weight while the two are tied
             assert a is None and b is None
             continue
-        if name.startswith("smear"):
+        if name.startswith(("smear", "bigram")):
             continue
         assert a.abs().max() > 0, name
         assert rel_error(b, a) < 1e-4, name
@@ -813,3 +814,22 @@ def test_smear_adds_a_gated_share_of_the_previous_token_and_starts_as_a_no_op():
         expected = e[t] if t == 0 else e[t] + 0.7 * torch.sigmoid(e[t, :12] @ w) * e[t - 1]
         assert torch.allclose(out[t], expected, atol=1e-6)
     assert tg.param_config("smear_gate.weight").lr_mul == 0.01 and tg.param_config("smear_lambda").wd_mul == 0
+
+
+def test_bigram_hash_rows_and_signs_against_the_formula():
+    """Row ((36313 x_t) XOR (27191 x_t-1)) mod 377,279 and sign pattern (x_t-1 XOR x_t) mod 8192; the first
+    token gets the last row (377,279) and sign pattern 0. The table starts at zero: no effect at the start."""
+    torch.manual_seed(0)
+    model = tg.GPT(SMOKE, fp8=False)
+    inputs = torch.tensor([50256, 15496, 995, 50255, 0, 995, 15496], dtype=torch.int32)
+    assert not model.bigram(inputs).any()
+    with torch.no_grad():
+        model.bigram_embed.weight.copy_(torch.arange(tg.BIGRAM_ROWS, dtype=torch.float32)[:, None].expand(-1, 64))
+    out = model.bigram(inputs)
+    x = [int(t) for t in inputs]
+    for t in range(len(x)):
+        row = 377_279 if t == 0 else ((36313 * x[t]) ^ (27191 * x[t - 1])) % 377_279
+        sign = 0 if t == 0 else (x[t - 1] ^ x[t]) % 8192
+        assert torch.equal(out[t], row * model.bigram_signs[sign]), t
+    assert tg.BIGRAM_ROWS == 377_280 and model.bigram_signs.abs().eq(1).all()
+    assert tg.param_config("bigram_embed.weight").lr_mul == 75.0
