@@ -66,29 +66,33 @@ def test_fp8_head_loss_matches_float_reference_compiled():
 
 def test_compiled_model_equals_eager_model():
     """build_model's model (bf16, compiled regions, FP8 head on Hopper) against the same weights run
-    uncompiled: loss and gradients agree to bf16 rounding, in training and in validation."""
+    uncompiled in bf16 and in float32: the compiled model's loss and gradients are no further from float32
+    than bf16 rounding takes the uncompiled model, in training and in validation. Some scalars' gradients
+    cancel to ~1e-4 of their terms (e.g. a layer's value_mix), and bf16 moves those by most of their size
+    compiled or not (measured 0.71 compiled, 0.78 uncompiled): an absolute 5 % bound would fail on them."""
     args = tg.parse_args(["--smoke", "--num_layers", "12", "--model_dim", "256", "--head_dim", "128"])
     device = torch.device("cuda")
     model = tg.build_model(args, device, 1)
-    eager = tg.GPT(args, fp8=model.head.fp8).to(device)
+    eager, exact = (tg.GPT(args, fp8=fp8).to(device) for fp8 in (model.head.fp8, False))
     for embedding in (eager.embed, *eager.value_embeds, eager.bigram_embed):
         embedding.bfloat16()
     randomise_zero_initialised(model)
-    eager.load_state_dict(model.state_dict())
+    for m in (eager, exact):
+        m.load_state_dict(model.state_dict())
     loader = tg.PrefetchLoader(tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True), device)
     for windows in ((128, 384), (384, 896)):
         (micro,) = loader.send(tg.BatchShape(1024, 512, 1))
-        losses = [m(micro.inputs, micro.targets, micro.seqs, windows) for m in (model, eager)]
+        losses = [m(micro.inputs, micro.targets, micro.seqs, windows) for m in (model, eager, exact)]
         for loss in losses:
             loss.backward()
-        assert abs(losses[0].item() - losses[1].item()) < 1e-2 * losses[1].item()
-        for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        assert abs(losses[0].item() - losses[2].item()) < 1e-2 * losses[2].item()
+        for (name, p), q, r in zip(model.named_parameters(), eager.parameters(), exact.parameters()):
             if name == "embed.weight":  # the head's weight stands in for it while tied
-                assert p.grad is None and q.grad is None
+                assert p.grad is None and q.grad is None and r.grad is None
                 continue
-            assert rel_error(p.grad, q.grad) < 0.05, name
+            assert rel_error(p.grad, r.grad) < max(0.05, 1.5 * rel_error(q.grad, r.grad)), name
         with torch.no_grad():
-            losses = [m(micro.inputs, micro.targets, micro.seqs, windows) for m in (model, eager)]
+            losses = [m(micro.inputs, micro.targets, micro.seqs, windows) for m in (model, exact)]
         assert abs(losses[0].item() - losses[1].item()) < 1e-2 * losses[1].item()
 
 
