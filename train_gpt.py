@@ -582,35 +582,31 @@ class GPT(nn.Module):
         share = self.smear_lambda * torch.sigmoid(self.smear_gate(e[1:, :12]))
         return torch.cat([e[:1], e[1:] + share * e[:-1]])
 
-    def bigram(self, inputs):
-        """The bigram hash embedding (the public record's #62, #83): a row of a table hashed from each token
-        and the one before it, times a fixed random sign pattern chosen by another hash of the pair, so that
-        pairs sharing a row share less of it. A micro-batch's first token has no previous one here: it gets
-        the table's last row and the first sign row. Crosses document starts, as the record's does."""
-        previous = torch.cat([inputs[:1], inputs[:-1]])
-        first = torch.arange(inputs.numel(), device=inputs.device) == 0
-        rows = torch.where(first, BIGRAM_ROWS - 1, ((36313 * inputs) ^ (27191 * previous)) % (BIGRAM_ROWS - 1))
-        signs = torch.where(first, 0, (previous ^ inputs) % BIGRAM_SIGN_ROWS)
-        return self.bigram_embed(rows) * self.bigram_signs[signs].to(self.bigram_embed.weight.dtype)
+    def bigram(self, batch):
+        """The bigram hash embedding (the public record's #62, #83): each token's row of the table, times a
+        fixed random sign pattern, so that pairs sharing a row share less of it. The loader hashes the
+        tokens into rows and patterns (hash_bigrams)."""
+        signs = self.bigram_signs[batch.bigram_signs].to(self.bigram_embed.weight.dtype)
+        return self.bigram_embed(batch.bigram_rows) * signs
 
-    def forward(self, inputs, targets, seqs, windows):
-        """Summed cross-entropy of one packed batch: inputs and targets are 1-D token tensors."""
-        L = len(self.blocks)
+    def forward(self, batch, windows):
+        """Summed cross-entropy of one packed micro-batch (a MicroBatch)."""
+        L, inputs = len(self.blocks), batch.inputs
         ve = [e(inputs) for e in self.value_embeds]
         value_embeds = ve + [None] * (L - 2 * len(ve)) + ve
         embed = self.head.weight if self.tied else self.embed.weight
         e = F.embedding(inputs, embed).to(self.embed.weight.dtype)  # bf16 activations on GPU
         x0 = rms_norm(self.smear(e))
-        bigram = self.bigram(inputs)
+        bigram = self.bigram(batch)
         x = x0 + self.bigram_weights[0] * bigram
         skips = []
         for i, (block, window) in enumerate(zip(self.blocks, self.layer_windows(windows))):
             skip = (skips.pop(), self.skip_weights[L - 1 - i]) if i >= L - len(self.skip_weights) else None
             layer_bigram = (bigram, self.bigram_weights[i]) if i > 0 else None
-            x = block(x, x0, value_embeds[i], skip, layer_bigram, seqs, window)
+            x = block(x, x0, value_embeds[i], skip, layer_bigram, batch.seqs, window)
             if i < len(self.skip_weights):
                 skips.append(x)
-        return self.head(x, targets)
+        return self.head(x, batch.targets)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -993,6 +989,10 @@ class SequenceBoundaries:
     max_len: int
 
 
+# what a batch carries to the device: per-token fields, then the sequences' boundaries
+HOST_FIELDS = ("inputs", "targets", "bigram_rows", "bigram_signs", "cu_seqlens")
+
+
 class HostBuffers:
     """One slot of host memory for a step's batch, and the event of the copy that last read it."""
 
@@ -1006,9 +1006,9 @@ class HostBuffers:
             self.copied.synchronize()
         if tokens > self.capacity:
             make = lambda: torch.empty(tokens, dtype=torch.int32, pin_memory=self.pin_memory)  # noqa: E731
-            self.inputs, self.targets, self.cu_seqlens = make(), make(), make()
+            self.tensors = {name: make() for name in HOST_FIELDS}
             self.capacity = tokens
-        return self.inputs.numpy(), self.targets.numpy(), self.cu_seqlens.numpy()
+        return [self.tensors[name].numpy() for name in HOST_FIELDS]
 
 
 @dataclass
@@ -1020,16 +1020,28 @@ class HostBatch:
     max_lens: list  # per micro-batch
 
     def tensors(self):
-        """The filled part of the slot: inputs, targets and cu_seqlens."""
+        """The filled part of the slot, one tensor per name in HOST_FIELDS."""
         n_tokens = self.shape.tokens * self.shape.accum_steps
-        n_cu = sum(n + 1 for n in self.num_seqs)
-        b = self.buffers
-        return b.inputs[:n_tokens], b.targets[:n_tokens], b.cu_seqlens[:n_cu]
+        filled = {"cu_seqlens": sum(n + 1 for n in self.num_seqs)}
+        return [self.buffers.tensors[name][: filled.get(name, n_tokens)] for name in HOST_FIELDS]
 
 
-def _pack_documents(tokens, starts, lengths, max_len, inputs, targets, cu_seqlens):
-    """Copy documents (starts, lengths) back to back into inputs/targets, each split into attention
-    sequences of at most max_len tokens; write their boundaries to cu_seqlens; return the longest."""
+def hash_bigrams(inputs, rows, signs):
+    """The bigram hash embedding's indices for one micro-batch of tokens: each token's table row, a hash of
+    it and the token before it, and its sign pattern, another hash of the pair. The micro-batch's first token
+    has no token before it here: it gets the table's last row and pattern 0. The pairs cross document starts,
+    as the public record's do. int32 arithmetic: 36313 * 50303 < 2**31."""
+    previous, current = inputs[:-1], inputs[1:]
+    rows[0], signs[0] = BIGRAM_ROWS - 1, 0
+    np.remainder(np.bitwise_xor(36313 * current, 27191 * previous), BIGRAM_ROWS - 1, out=rows[1:])
+    np.remainder(np.bitwise_xor(previous, current), BIGRAM_SIGN_ROWS, out=signs[1:])
+
+
+def _pack_documents(tokens, starts, lengths, max_len, buffers):
+    """Copy one micro-batch of documents (starts, lengths) back to back into inputs/targets, each split into
+    attention sequences of at most max_len tokens; hash its bigrams; write the sequences' boundaries to
+    cu_seqlens; return their number and the longest. buffers: numpy views in HOST_FIELDS order."""
+    inputs, targets, bigram_rows, bigram_signs, cu_seqlens = buffers
     pieces = -(-lengths // max_len)
     first = np.repeat(np.cumsum(pieces) - pieces, pieces)  # index of each piece's first sibling
     offset = (np.arange(pieces.sum()) - first) * max_len  # where each piece starts inside its document
@@ -1039,6 +1051,7 @@ def _pack_documents(tokens, starts, lengths, max_len, inputs, targets, cu_seqlen
     index = np.arange(bounds[-1]) + np.repeat(np.repeat(starts, pieces) + offset - bounds[:-1], piece_lengths)
     inputs[: bounds[-1]] = tokens[index]
     targets[: bounds[-1]] = tokens[index + 1]
+    hash_bigrams(inputs[: bounds[-1]], bigram_rows[: bounds[-1]], bigram_signs[: bounds[-1]])
     return len(piece_lengths), int(piece_lengths.max())
 
 
@@ -1080,15 +1093,15 @@ class TrainSource:
             shard, doc = shard + 1, 0
 
     def build(self, cursor, shape, buffers):
-        inputs, targets, cu_seqlens = buffers.reserve(shape.accum_steps * (shape.tokens + 1))
+        *per_token, cu_seqlens = buffers.reserve(shape.accum_steps * (shape.tokens + 1))
         num_seqs, max_lens = [], []
         for a in range(shape.accum_steps):
             for r in range(self.world_size):
                 (tokens, starts, lengths), cursor = self._micro_batch(cursor, shape)
                 if r == self.rank:
                     t, c = a * shape.tokens, sum(n + 1 for n in num_seqs)
-                    n, max_len = _pack_documents(tokens, starts, lengths, shape.max_seq_len, inputs[t:],
-                                                 targets[t:], cu_seqlens[c:])
+                    at = [b[t:] for b in per_token] + [cu_seqlens[c:]]
+                    n, max_len = _pack_documents(tokens, starts, lengths, shape.max_seq_len, at)
                     num_seqs.append(n)
                     max_lens.append(max_len)
         return num_seqs, max_lens, cursor
@@ -1121,12 +1134,12 @@ class ValSource:
 
     def build(self, cursor, shape, buffers):
         assert shape.tokens == self.chunk and shape.accum_steps == 1
-        inputs, targets, cu_seqlens = buffers.reserve(self.chunk + 1)
+        host = buffers.reserve(self.chunk + 1)
         begin = cursor * self.chunk
         window = self.tokens[begin: begin + self.chunk + 1]
         starts = np.union1d([0], np.flatnonzero(window[:-1] == BOS))
         lengths = np.diff(np.append(starts, self.chunk))
-        num_seqs, max_len = _pack_documents(window, starts, lengths, self.chunk, inputs, targets, cu_seqlens)
+        num_seqs, max_len = _pack_documents(window, starts, lengths, self.chunk, host)
         next_cursor = cursor + self.world_size
         return [num_seqs], [max_len], next_cursor if next_cursor < self.num_chunks else next_cursor % self.world_size
 
@@ -1145,14 +1158,17 @@ def synchronous_batches(source, shapes):
 class MicroBatch:
     inputs: torch.Tensor  # int32 (tokens,)
     targets: torch.Tensor  # int32 (tokens,)
+    bigram_rows: torch.Tensor  # int32 (tokens,): each token's row of the bigram table (hash_bigrams)
+    bigram_signs: torch.Tensor  # int32 (tokens,): each token's bigram sign pattern
     seqs: SequenceBoundaries
 
 
-def _micro_batches(shape, inputs, targets, cu_seqlens, num_seqs, max_lens):
+def _micro_batches(shape, inputs, targets, bigram_rows, bigram_signs, cu_seqlens, num_seqs, max_lens):
     batches, c = [], 0
     for a, (n, max_len) in enumerate(zip(num_seqs, max_lens)):
         t = slice(a * shape.tokens, (a + 1) * shape.tokens)
-        batches.append(MicroBatch(inputs[t], targets[t], SequenceBoundaries(cu_seqlens[c: c + n + 1], max_len)))
+        seqs = SequenceBoundaries(cu_seqlens[c: c + n + 1], max_len)
+        batches.append(MicroBatch(inputs[t], targets[t], bigram_rows[t], bigram_signs[t], seqs))
         c += n + 1
     return batches
 
@@ -1368,7 +1384,7 @@ def train_step(model, micro_batches, adam, normuon, step, args, world_size):
     windows = attention_windows(step, args)
     loss = torch.zeros((), device=micro_batches[0].inputs.device)
     for micro in micro_batches:
-        micro_loss = model(micro.inputs, micro.targets, micro.seqs, windows)
+        micro_loss = model(micro, windows)
         micro_loss.backward()
         loss += micro_loss.detach()
     for opt in (adam, normuon):
@@ -1440,7 +1456,7 @@ def train(args, rank, world_size, device, log):
         loss, windows = torch.zeros((), device=device), attention_windows(step, args)
         for _ in range(num_batches):
             (micro,) = val_loader.send(val_shape)
-            loss += model(micro.inputs, micro.targets, micro.seqs, windows)
+            loss += model(micro, windows)
             if bar is not None:
                 bar.update()
         if world_size > 1:

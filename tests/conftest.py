@@ -56,6 +56,14 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
+def micro_batch(inputs, targets, seqs):
+    """A MicroBatch of the given tokens, their bigrams hashed as the loader hashes them."""
+    import train_gpt as tg
+    rows, signs = np.empty(len(inputs), np.int32), np.empty(len(inputs), np.int32)
+    tg.hash_bigrams(inputs.numpy(), rows, signs)
+    return tg.MicroBatch(inputs, targets, torch.from_numpy(rows), torch.from_numpy(signs), seqs)
+
+
 def check_nan_stops_the_run(monkeypatch, flags):
     """Run train_gpt.main with the loss of step 3 made NaN: the log must end with the error line for step 3,
     after the lines of steps 1 and 2, and no step after step 4 may have been queued (one step late at most)."""

@@ -135,9 +135,30 @@ def global_stream(steps, world_size):
     return stream
 
 
+def expected_bigrams(inputs):
+    """The bigram hash of issue 14, in Python integers: row ((36313 x_t) XOR (27191 x_t-1)) mod 377,279 and
+    sign pattern (x_t-1 XOR x_t) mod 8192; the micro-batch's first token row 377,279 and pattern 0."""
+    x = [int(t) for t in inputs]
+    rows = [377_279] + [((36313 * b) ^ (27191 * a)) % 377_279 for a, b in zip(x, x[1:])]
+    return np.array(rows), np.array([0] + [(a ^ b) % 8192 for a, b in zip(x, x[1:])])
+
+
+def test_hash_bigrams_against_the_formula_up_to_the_largest_token_ids():
+    """int32 arithmetic in the loader: the products reach 36313 * 50303 = 1.83e9, under 2**31."""
+    inputs = np.array([50256, 15496, 995, 50255, 0, 995, 15496, 50303, 50303, 50302], dtype=np.int32)
+    rows, signs = np.empty_like(inputs), np.empty_like(inputs)
+    tg.hash_bigrams(inputs, rows, signs)
+    expected_rows, expected_signs = expected_bigrams(inputs)
+    assert np.array_equal(rows, expected_rows) and np.array_equal(signs, expected_signs)
+    assert rows.min() >= 0 and rows.max() < tg.BIGRAM_ROWS and signs.min() >= 0 and signs.max() < tg.BIGRAM_SIGN_ROWS
+    assert tg.BIGRAM_ROWS == 377_280 and tg.BIGRAM_SIGN_ROWS == 8192
+
+
 def same_batch(got, expected):
     inputs, targets, cu = expected
+    rows, signs = expected_bigrams(inputs)
     return (np.array_equal(got.inputs.numpy(), inputs) and np.array_equal(got.targets.numpy(), targets)
+            and np.array_equal(got.bigram_rows.numpy(), rows) and np.array_equal(got.bigram_signs.numpy(), signs)
             and np.array_equal(got.seqs.cu_seqlens.numpy(), cu) and got.seqs.max_len == np.diff(cu).max())
 
 
@@ -209,15 +230,16 @@ def test_small_example_uses_the_last_token_of_a_shard_only_as_a_target(make_shar
 
 
 def as_arrays(batches):
-    return [(m.inputs.numpy(), m.targets.numpy(), m.seqs.cu_seqlens.numpy(), m.seqs.max_len) for m in batches]
+    fields = ("inputs", "targets", "bigram_rows", "bigram_signs")
+    return [([getattr(m, f).numpy() for f in fields] + [m.seqs.cu_seqlens.numpy()], m.seqs.max_len) for m in batches]
 
 
 def assert_same_steps(got, expected):
     assert len(got) == len(expected)
     for got_step, expected_step in zip(got, expected):
         assert len(got_step) == len(expected_step)
-        for g, e in zip(as_arrays(got_step), as_arrays(expected_step)):
-            assert all(np.array_equal(x, y) for x, y in zip(g[:3], e[:3])) and g[3] == e[3]
+        for (g, g_max), (e, e_max) in zip(as_arrays(got_step), as_arrays(expected_step)):
+            assert all(np.array_equal(x, y) for x, y in zip(g, e)) and g_max == e_max
 
 
 @pytest.mark.parametrize("world_size, rank", [(1, 0), (2, 1), (8, 5)])
@@ -349,6 +371,8 @@ def test_validation_reads_the_first_val_tokens_for_any_world_size(val_corpus, wo
     for m in first:
         starts = np.union1d([0], np.flatnonzero(m.inputs.numpy() == BOS))  # sequences start at documents
         assert np.array_equal(m.seqs.cu_seqlens.numpy(), np.append(starts, CHUNK))
+        rows, signs = expected_bigrams(m.inputs)  # each chunk's first token is hashed as having none before it
+        assert np.array_equal(m.bigram_rows.numpy(), rows) and np.array_equal(m.bigram_signs.numpy(), signs)
     for a, b in zip(first, second):  # the next validation reads the same chunks again
         assert torch.equal(a.inputs, b.inputs) and torch.equal(a.seqs.cu_seqlens, b.seqs.cu_seqlens)
 

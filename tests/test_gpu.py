@@ -82,7 +82,7 @@ def test_compiled_model_equals_eager_model():
     loader = tg.PrefetchLoader(tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True), device)
     for windows in ((128, 384), (384, 896)):
         (micro,) = loader.send(tg.BatchShape(1024, 512, 1))
-        losses = [m(micro.inputs, micro.targets, micro.seqs, windows) for m in (model, eager, exact)]
+        losses = [m(micro, windows) for m in (model, eager, exact)]
         for loss in losses:
             loss.backward()
         assert abs(losses[0].item() - losses[2].item()) < 1e-2 * losses[2].item()
@@ -92,7 +92,7 @@ def test_compiled_model_equals_eager_model():
                 continue
             assert rel_error(p.grad, r.grad) < max(0.05, 1.5 * rel_error(q.grad, r.grad)), name
         with torch.no_grad():
-            losses = [m(micro.inputs, micro.targets, micro.seqs, windows) for m in (model, exact)]
+            losses = [m(micro, windows) for m in (model, exact)]
         assert abs(losses[0].item() - losses[1].item()) < 1e-2 * losses[1].item()
 
 
@@ -108,9 +108,10 @@ def test_prefetch_loader_on_gpu_equals_reference_under_slow_compute(make_shards)
     for shape, expected in zip(shapes, reference):
         got = loader.send(shape)
         torch.cuda._sleep(2_000_000)  # about a millisecond of compute-stream work after the send
-        copies = [(m.inputs.clone(), m.targets.clone(), m.seqs.cu_seqlens.clone(), m.seqs.max_len) for m in got]
-        for (inputs, targets, cu, max_len), e in zip(copies, expected):
-            assert torch.equal(inputs.cpu(), e.inputs) and torch.equal(targets.cpu(), e.targets)
+        fields = ("inputs", "targets", "bigram_rows", "bigram_signs")
+        copies = [([getattr(m, f).clone() for f in fields], m.seqs.cu_seqlens.clone(), m.seqs.max_len) for m in got]
+        for (tensors, cu, max_len), e in zip(copies, expected):
+            assert all(torch.equal(t.cpu(), getattr(e, f)) for t, f in zip(tensors, fields))
             assert torch.equal(cu.cpu(), e.seqs.cu_seqlens) and max_len == e.seqs.max_len
     assert loader.copy_stream != torch.cuda.current_stream()
 

@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 import train_gpt as tg
-from conftest import randomise_zero_initialised, rel_error
+from conftest import micro_batch, randomise_zero_initialised, rel_error
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = tg.parse_args(["--smoke"])
@@ -407,13 +407,13 @@ def packed_batch(cu_seqlens, seed=0):
     T = cu_seqlens[-1]
     inputs, targets = (torch.randint(0, 50257, (T,), generator=g, dtype=torch.int32) for _ in range(2))
     cu = torch.tensor(cu_seqlens, dtype=torch.int32)
-    return inputs, targets, tg.SequenceBoundaries(cu, int((cu[1:] - cu[:-1]).max()))
+    return micro_batch(inputs, targets, tg.SequenceBoundaries(cu, int((cu[1:] - cu[:-1]).max())))
 
 
 def test_initial_loss_is_near_the_summed_uniform_cross_entropy():
     torch.manual_seed(0)
     model = tg.GPT(SMOKE, fp8=False)
-    loss = model(*packed_batch([0, 100, 256]), (64, 128))
+    loss = model(packed_batch([0, 100, 256]), (64, 128))
     assert loss.ndim == 0
     assert abs(loss.item() / 256 - math.log(SMOKE.vocab_size)) < 1e-2  # the head starts small
 
@@ -433,17 +433,18 @@ def test_gradient_of_a_batch_is_the_sum_over_its_halves():
             p.add_(0.02 * torch.randn_like(p))
         model.smear_lambda.zero_()
         model.bigram_embed.weight.zero_()
-    inputs, targets, seqs = packed_batch([0, 50, 128, 200, 256], seed=1)
+    batch = packed_batch([0, 50, 128, 200, 256], seed=1)
     windows = (64, 128)  # the long layers see 128 keys, the others 64: shorter than the longest document
 
     def gradients(parts):
         model.zero_grad()
         for lo, hi, cu in parts:
             bounds = torch.tensor(cu, dtype=torch.int32)
-            model(inputs[lo:hi], targets[lo:hi], tg.SequenceBoundaries(bounds, 128), windows).backward()
+            part = micro_batch(batch.inputs[lo:hi], batch.targets[lo:hi], tg.SequenceBoundaries(bounds, 128))
+            model(part, windows).backward()
         return [None if p.grad is None else p.grad.clone() for p in model.parameters()]
 
-    whole = gradients([(0, 256, seqs.cu_seqlens.tolist())])
+    whole = gradients([(0, 256, batch.seqs.cu_seqlens.tolist())])
     halves = gradients([(0, 128, [0, 50, 128]), (128, 256, [0, 72, 128])])
     for (name, _), a, b in zip(model.named_parameters(), whole, halves):
         if name == "embed.weight":  # stood in for by the head's weight while the two are tied
@@ -684,7 +685,7 @@ def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
             tg.compile_regions(model)
             for step, (micro,) in enumerate(train):
                 windows = (64 * (step + 1), 128 * (step + 1))
-                losses = [m(micro.inputs, micro.targets, micro.seqs, windows) for m in (model, eager)]
+                losses = [m(micro, windows) for m in (model, eager)]
                 for loss in losses:
                     loss.backward()
                 assert torch.allclose(*losses, rtol=1e-5)
@@ -694,7 +695,7 @@ def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
                         continue
                     assert rel_error(p.grad, q.grad) < 1e-3, name  # float32 sums in another order
                 with torch.no_grad():
-                    losses = [m(val.inputs, val.targets, val.seqs, windows) for m in (model, eager)]
+                    losses = [m(val, windows) for m in (model, eager)]
                 assert torch.allclose(*losses, rtol=1e-5)
     finally:
         torch._dynamo.reset()
@@ -816,20 +817,17 @@ def test_smear_adds_a_gated_share_of_the_previous_token_and_starts_as_a_no_op():
     assert tg.param_config("smear_gate.weight").lr_mul == 0.01 and tg.param_config("smear_lambda").wd_mul == 0
 
 
-def test_bigram_hash_rows_and_signs_against_the_formula():
-    """Row ((36313 x_t) XOR (27191 x_t-1)) mod 377,279 and sign pattern (x_t-1 XOR x_t) mod 8192; the first
-    token gets the last row (377,279) and sign pattern 0. The table starts at zero: no effect at the start."""
+def test_bigram_embedding_is_the_hashed_row_times_its_sign_pattern_and_starts_at_zero():
+    """The loader hashes (tests/test_data.py checks the hash); the model looks up row times sign pattern."""
     torch.manual_seed(0)
     model = tg.GPT(SMOKE, fp8=False)
     inputs = torch.tensor([50256, 15496, 995, 50255, 0, 995, 15496], dtype=torch.int32)
-    assert not model.bigram(inputs).any()
+    batch = micro_batch(inputs, inputs, tg.SequenceBoundaries(torch.tensor([0, 7], dtype=torch.int32), 7))
+    assert not model.bigram(batch).any()
     with torch.no_grad():
         model.bigram_embed.weight.copy_(torch.arange(tg.BIGRAM_ROWS, dtype=torch.float32)[:, None].expand(-1, 64))
-    out = model.bigram(inputs)
-    x = [int(t) for t in inputs]
-    for t in range(len(x)):
-        row = 377_279 if t == 0 else ((36313 * x[t]) ^ (27191 * x[t - 1])) % 377_279
-        sign = 0 if t == 0 else (x[t - 1] ^ x[t]) % 8192
+    out = model.bigram(batch)
+    for t, (row, sign) in enumerate(zip(batch.bigram_rows.tolist(), batch.bigram_signs.tolist())):
         assert torch.equal(out[t], row * model.bigram_signs[sign]), t
-    assert tg.BIGRAM_ROWS == 377_280 and model.bigram_signs.abs().eq(1).all()
+    assert len(set(batch.bigram_rows.tolist())) == 7 and model.bigram_signs.abs().eq(1).all()
     assert tg.param_config("bigram_embed.weight").lr_mul == 75.0
