@@ -703,9 +703,10 @@ class NorMuon(torch.optim.Optimizer):
             rows, cols = params[0].shape[-2:]
             lr = group["lr"] * group["lr_mul"] * max(1, rows / cols) ** 0.5
             decay = lr * group["wd"] * group["lr"]
-            for p, update in zip(params, updates.unbind(0)):
-                p.mul_(1 - decay * (update * p >= 0))
-                p.add_(update, alpha=-lr)
+            # the group at once, not a few launches per matrix: the first stages are bound by launches
+            weights, updates = torch.stack(params), updates[: len(params)]
+            weights.mul_(1 - decay * (updates * weights >= 0)).add_(updates, alpha=-lr)
+            torch._foreach_copy_(params, weights.unbind(0))
 
 
 class Adam(torch.optim.Optimizer):
