@@ -559,8 +559,10 @@ class GPT(nn.Module):
         self.bigram_embed = nn.Embedding(BIGRAM_ROWS, dim)
         nn.init.zeros_(self.bigram_embed.weight)
         signs = torch.randn(BIGRAM_SIGN_ROWS, dim, generator=torch.Generator().manual_seed(BIGRAM_SIGN_ROWS))
-        self.register_buffer("bigram_signs", signs.sign(), persistent=False)  # the same on every rank
-        self.bigram_weights = nn.Parameter(torch.full((L,), 0.05))  # before layer 0; after attention in 1, 2, ...
+        # the same on every rank; bf16 holds +-1 exactly, and the product takes the table's dtype
+        self.register_buffer("bigram_signs", signs.sign().bfloat16(), persistent=False)
+        # before layer 0; after attention in 1, 2, ... (the entry of the layer without attention is unused)
+        self.bigram_weights = nn.Parameter(torch.full((L,), 0.05))
         # value embeddings feed the first and the last layers, mirrored as in a U-net
         self.value_embeds = nn.ModuleList(nn.Embedding(args.vocab_size, dim) for _ in range(min(3, L // 2)))
         # the layer just past the middle does without attention (found by the public speedrun)
@@ -586,8 +588,7 @@ class GPT(nn.Module):
         """The bigram hash embedding (the public record's #62, #83): each token's row of the table, times a
         fixed random sign pattern, so that pairs sharing a row share less of it. The loader hashes the
         tokens into rows and patterns (hash_bigrams)."""
-        signs = self.bigram_signs[batch.bigram_signs].to(self.bigram_embed.weight.dtype)
-        return self.bigram_embed(batch.bigram_rows) * signs
+        return self.bigram_embed(batch.bigram_rows) * self.bigram_signs[batch.bigram_signs]
 
     def forward(self, batch, windows):
         """Summed cross-entropy of one packed micro-batch (a MicroBatch)."""
@@ -703,7 +704,7 @@ class NorMuon(torch.optim.Optimizer):
             rows, cols = params[0].shape[-2:]
             lr = group["lr"] * group["lr_mul"] * max(1, rows / cols) ** 0.5
             decay = lr * group["wd"] * group["lr"]
-            # the group at once, not a few launches per matrix: the first stages are bound by launches
+            # the group at once, not six launches per matrix: the first stages look host-bound
             weights, updates = torch.stack(params), updates[: len(params)]
             weights.mul_(1 - decay * (updates * weights >= 0)).add_(updates, alpha=-lr)
             torch._foreach_copy_(params, weights.unbind(0))
@@ -1350,9 +1351,9 @@ def save_compile_cache(directory):
 
 
 def compile_regions(model):
-    # A region gets one graph per layer structure, grad mode and batch shape: before_attention has 12 per
-    # shape (value embeddings, U-net skip, layers 0 and 6 whose inputs alias, training and validation),
-    # and a run has three training shapes and the validation one. Past the limit (dynamo's default is 8),
+    # A region gets one graph per layer structure, grad mode and batch shape: before_attention has 8 layer
+    # structures (value embeddings, U-net skip, key offset, layers 0 and 6 whose inputs alias), 32 graphs
+    # over a run's three training shapes and the validation one. Past the limit (dynamo's default is 8),
     # the rest would silently run uncompiled.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     for block in model.blocks:

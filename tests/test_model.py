@@ -828,6 +828,6 @@ def test_bigram_embedding_is_the_hashed_row_times_its_sign_pattern_and_starts_at
         model.bigram_embed.weight.copy_(torch.arange(tg.BIGRAM_ROWS, dtype=torch.float32)[:, None].expand(-1, 64))
     out = model.bigram(batch)
     for t, (row, sign) in enumerate(zip(batch.bigram_rows.tolist(), batch.bigram_signs.tolist())):
-        assert torch.equal(out[t], row * model.bigram_signs[sign]), t
+        assert torch.equal(out[t], row * model.bigram_signs[sign].float()), t
     assert len(set(batch.bigram_rows.tolist())) == 7 and model.bigram_signs.abs().eq(1).all()
     assert tg.param_config("bigram_embed.weight").lr_mul == 75.0
