@@ -162,9 +162,10 @@ def attention(q, k, v, seqs, window, scale):
     """Causal attention inside each sequence of a packed batch, each query seeing its last `window` keys.
 
     q, k, v: (tokens, heads, head_dim); seqs: the batch's SequenceBoundaries. On CUDA this is
-    FlashAttention through PyTorch's varlen_attn; elsewhere a dense masked product (tests, smoke run).
+    FlashAttention through PyTorch's varlen_attn; elsewhere a dense masked product (tests, smoke run, and the
+    float32 reference of the GPU tests, as FlashAttention takes 16-bit inputs only).
     """
-    if q.is_cuda:
+    if q.is_cuda and q.dtype == torch.bfloat16:
         cu, n = seqs.cu_seqlens, seqs.max_len
         return varlen_attn(q, k, v, cu, cu, n, n, scale=scale, window_size=(window - 1, 0))
     return dense_attention(q, k, v, seqs.cu_seqlens, window, scale)
@@ -558,9 +559,11 @@ class GPT(nn.Module):
         self.smear_lambda = nn.Parameter(torch.zeros(()))  # zero: the smear starts as a no-op
         self.bigram_embed = nn.Embedding(BIGRAM_ROWS, dim)
         nn.init.zeros_(self.bigram_embed.weight)
-        signs = torch.randn(BIGRAM_SIGN_ROWS, dim, generator=torch.Generator().manual_seed(BIGRAM_SIGN_ROWS))
-        # the same on every rank; bf16 holds +-1 exactly, and the product takes the table's dtype
-        self.register_buffer("bigram_signs", signs.sign().bfloat16(), persistent=False)
+        signs = torch.randn(BIGRAM_SIGN_ROWS, dim, generator=torch.Generator().manual_seed(BIGRAM_SIGN_ROWS),
+                            device="cpu")  # the same on every rank and device
+        # bf16 holds +-1 exactly, and the product takes the table's dtype
+        self.register_buffer("bigram_signs", signs.sign().bfloat16().to(self.bigram_embed.weight.device),
+                             persistent=False)
         # before layer 0; after attention in 1, 2, ... (the entry of the layer without attention is unused)
         self.bigram_weights = nn.Parameter(torch.full((L,), 0.05))
         # value embeddings feed the first and the last layers, mirrored as in a U-net
@@ -1365,7 +1368,8 @@ def build_model(args, device, world_size):
     """The model on `device`, identical on every rank; on CUDA with bf16 embeddings and compiled blocks."""
     cuda = device.type == "cuda"
     torch.manual_seed(args.seed)
-    model = GPT(args, fp8=cuda and torch.cuda.get_device_capability(device) >= (9, 0)).to(device)
+    with device:  # initialised where it lives: on the CPU, its 0.57G parameters took 12 s of start-up
+        model = GPT(args, fp8=cuda and torch.cuda.get_device_capability(device) >= (9, 0))
     if cuda:
         for embedding in (model.embed, *model.value_embeds, model.bigram_embed):
             embedding.bfloat16()  # activations follow the embeddings' dtype: bf16 throughout
