@@ -71,14 +71,21 @@ def stage_steps(args):
 
 
 def run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, repeats):
-    """The steps step_numbers in turn, `repeats` times each; returns each one's times (ms)."""
-    times = {step: [] for step in step_numbers}
+    """The steps step_numbers in turn, `repeats` times each; returns each one's times (ms) and the host's
+    time to queue it (ms, until train_step returns, before the loss is read)."""
+    times, queued = {step: [] for step in step_numbers}, {step: [] for step in step_numbers}
     for _ in range(repeats):
         for step in step_numbers:
             clock = time.perf_counter()
-            tg.train_step(model, loader.send(shape), adam, normuon, step, args, world_size).item()
+            loss = tg.train_step(model, loader.send(shape), adam, normuon, step, args, world_size)
+            queued[step].append(1000 * (time.perf_counter() - clock))
+            loss.item()
             times[step].append(1000 * (time.perf_counter() - clock))
-    return times
+    return times, queued
+
+
+def mean_of_medians(times):
+    return statistics.mean(statistics.median(t) for t in times.values())
 
 
 def profile_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, steps, device):
@@ -86,7 +93,7 @@ def profile_steps(model, loader, shape, adam, normuon, step_numbers, args, world
     communication (ms per step)."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
-        times = run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, steps)
+        times, _ = run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, steps)
     kernels = [(kernel_kind(e.name), e.time_range.start, e.time_range.end) for e in prof.events()
                if e.device_type == DeviceType.CUDA]
     profiled = steps * len(step_numbers)
@@ -95,7 +102,8 @@ def profile_steps(model, loader, shape, adam, normuon, step_numbers, args, world
         by_kind[kind] += (end - start) / 1000 / profiled
     exposed = exposed_time([(s, e) for k, s, e in kernels if k == "nccl"],
                            [(s, e) for k, s, e in kernels if k != "nccl"]) / 1000 / profiled
-    return statistics.mean(statistics.median(t) for t in times.values()), by_kind, exposed, prof
+    busy = sum(end - start for start, end in merge([(s, e) for _, s, e in kernels])) / 1000 / profiled
+    return mean_of_medians(times), by_kind, exposed, busy, prof
 
 
 def main():
@@ -114,27 +122,30 @@ def main():
     rows = []
     for i, step_numbers in stage_steps(args):
         shape = tg.train_shape(args, world_size, tg.TRAINING_STAGES[i])
-        run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, own.warmup)
-        median, by_kind, exposed, prof = profile_steps(model, loader, shape, adam, normuon, step_numbers, args,
+        _, queued = run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, own.warmup)
+        median, by_kind, exposed, busy, prof = profile_steps(model, loader, shape, adam, normuon, step_numbers, args,
                                                        world_size, own.steps, device)
         shares = [exposed / median]
         if world_size > 1:
             shares = [None] * world_size
             dist.all_gather_object(shares, exposed / median)
-        rows.append((i, tg.attention_windows(step_numbers[0], args), median, by_kind, exposed, shares))
+        rows.append((i, tg.attention_windows(step_numbers[0], args), median, mean_of_medians(queued), busy,
+                     by_kind, exposed, shares))
     if rank == 0:
         Path(ROOT, "traces").mkdir(exist_ok=True)
         prof.export_chrome_trace(str(ROOT / "traces" / "step_profile.json"))
         print(f"{world_size} × {torch.cuda.get_device_name(device) if cuda else 'CPU'}, per stage its first two "
               f"steps, each profiled {own.steps} times after {own.warmup}; step: the mean of their medians; "
               f"kernel times in ms per step (rank 0)")
-        print("| stage | windows | step | matmul | attention | NCCL | other | exposed communication | share "
-              "of step: rank 0, min–max over ranks |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for i, windows, median, by_kind, exposed, shares in rows:
+        print("host: time to queue the step, unprofiled (a host-bound step queues in about its whole time); GPU "
+              "busy: the union of its kernels, profiled")
+        print("| stage | windows | step | host | GPU busy | matmul | attention | NCCL | other | exposed "
+              "communication | share of step: rank 0, min–max over ranks |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for i, windows, median, host, busy, by_kind, exposed, shares in rows:
             kinds = " | ".join(f"{by_kind[k]:.1f}" for k in ("matmul", "attention", "nccl", "other"))
-            print(f"| {i} | {windows} | {median:.1f} ms | {kinds} | {exposed:.1f} ms | {shares[0]:.1%}, "
-                  f"{min(shares):.1%}–{max(shares):.1%} |")
+            print(f"| {i} | {windows} | {median:.1f} ms | {host:.1f} ms | {busy:.1f} ms | {kinds} | {exposed:.1f} "
+                  f"ms | {shares[0]:.1%}, {min(shares):.1%}–{max(shares):.1%} |")
     if world_size > 1:
         dist.destroy_process_group()
 
