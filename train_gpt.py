@@ -555,6 +555,7 @@ class GPT(nn.Module):
         self.rotary = Rotary(args.head_dim, max_len=max(args.micro_batch_tokens, args.val_seq_tokens))
         self.embed = nn.Embedding(args.vocab_size, dim)  # unused while tied: the head's weight stands in
         self.tied = True
+        self.graphs = None  # on CUDA, build_model's MicroStepGraphs
         self.smear_gate = CastedLinear(12, 1, zero_init=True)  # how much of the previous token, from e[:12]
         self.smear_lambda = nn.Parameter(torch.zeros(()))  # zero: the smear starts as a no-op
         self.bigram_embed = nn.Embedding(BIGRAM_ROWS, dim)
@@ -727,8 +728,11 @@ class Adam(torch.optim.Optimizer):
     from the head, in the head's group) takes over the moments of the one it was tied to, and the count."""
 
     def __init__(self, named_params, lr, wd, world_size=1, eps=1e-10):
-        groups = {}
+        groups, self.late = {}, None
         for name, p in named_params:
+            if name == "embed.weight":  # joins at untie(): until then it holds no state and takes no step
+                self.late = p
+                continue
             config = param_config(name)
             key = (config.lr_mul, config.wd_mul, config.betas)
             group = groups.setdefault(key, dict(params=[], lr_mul=config.lr_mul, wd=wd * config.wd_mul,
@@ -808,9 +812,12 @@ class Adam(torch.optim.Optimizer):
         self.shares = None
 
     def untie(self, tied, untied):
-        """`untied` starts where `tied` is: same values, a copy of its moments, and (being in its group) its
-        step count."""
-        assert any({id(tied), id(untied)} <= {id(p) for p in g["params"]} for g in self.param_groups)
+        """`untied` (the late parameter) joins `tied`'s group where `tied` is: same values, a copy of its
+        moments, and the group's step count."""
+        assert untied is self.late
+        (group,) = (g for g in self.param_groups if any(p is tied for p in g["params"]))
+        group["params"].append(untied)
+        self.late = None
         with torch.no_grad():
             untied.copy_(tied)
         self.state[untied] = {k: v.clone() for k, v in self.state[tied].items()}
@@ -994,8 +1001,9 @@ class SequenceBoundaries:
     max_len: int
 
 
-# what a batch carries to the device: per-token fields, then the sequences' boundaries
-HOST_FIELDS = ("inputs", "targets", "bigram_rows", "bigram_signs", "cu_seqlens")
+# what a batch carries to the device: per-token fields (a MicroBatch's), then the sequences' boundaries
+TOKEN_FIELDS = ("inputs", "targets", "bigram_rows", "bigram_signs")
+HOST_FIELDS = TOKEN_FIELDS + ("cu_seqlens",)
 
 
 class HostBuffers:
@@ -1374,10 +1382,64 @@ def build_model(args, device, world_size):
         for embedding in (model.embed, *model.value_embeds, model.bigram_embed):
             embedding.bfloat16()  # activations follow the embeddings' dtype: bf16 throughout
         compile_regions(model)
+        model.graphs = MicroStepGraphs(model)
     if world_size > 1:
         for p in model.parameters():
             dist.broadcast(p.detach(), 0)
     return model
+
+
+def forward_backward(model, micro, windows):
+    """One micro-batch's summed loss (detached), its gradients added to the parameters'."""
+    loss = model(micro, windows)
+    loss.backward()
+    return loss.detach()
+
+
+GRAPH_TOKENS_PER_SEQ = 256  # the CUDA graphs' room for sequences: one per this many tokens
+
+
+class MicroStepGraphs:
+    """forward_backward replayed as CUDA graphs: at the 16K-token micro-batches of the first stage the host
+    took longer to queue a micro-batch's ~1,000 kernels than the GPU took to run them (docs/performance.md).
+
+    One graph per micro-batch size, longest sequence (it sets FlashAttention's grid), windows and tie state.
+    A key's first micro-batch runs uncaptured (it compiles the regions), its second is captured. A replay
+    reads the micro-batch from static buffers, its cu_seqlens padded with empty sequences to one sequence
+    per GRAPH_TOKENS_PER_SEQ tokens; a micro-batch with more sequences runs uncaptured. The graphs add into the
+    parameters' gradients where they are, so gradients are zeroed in place, never freed."""
+
+    def __init__(self, model):
+        self.model, self.pool = model, torch.cuda.graph_pool_handle()
+        self.graphs, self.seen = {}, set()
+
+    def __call__(self, micro, windows):
+        tokens, n = micro.inputs.numel(), micro.seqs.cu_seqlens.numel() - 1
+        key = (tokens, micro.seqs.max_len, windows, self.model.tied)
+        if n > tokens // GRAPH_TOKENS_PER_SEQ or key not in self.graphs and key not in self.seen:
+            self.seen.add(key)
+            return forward_backward(self.model, micro, windows)
+        if key not in self.graphs:
+            self.graphs[key] = self.capture(micro, windows)
+        graph, static, loss = self.graphs[key]
+        for name in TOKEN_FIELDS:
+            getattr(static, name).copy_(getattr(micro, name))
+        cu = static.seqs.cu_seqlens
+        cu.copy_(micro.seqs.cu_seqlens[-1:].expand_as(cu))  # the padding: empty sequences at the end
+        cu[: n + 1].copy_(micro.seqs.cu_seqlens)
+        graph.replay()
+        return loss.clone()  # the next replay overwrites it
+
+    def capture(self, micro, windows):
+        tokens = micro.inputs.numel()
+        cu = torch.empty(tokens // GRAPH_TOKENS_PER_SEQ + 1, dtype=torch.int32, device=micro.inputs.device)
+        static = MicroBatch(*(torch.empty_like(getattr(micro, name)) for name in TOKEN_FIELDS),
+                            SequenceBoundaries(cu, micro.seqs.max_len))
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: the loader's worker thread goes on with its own CUDA calls during the capture
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            loss = forward_backward(self.model, static, windows)
+        return graph, static, loss
 
 
 def train_step(model, micro_batches, adam, normuon, step, args, world_size):
@@ -1390,9 +1452,7 @@ def train_step(model, micro_batches, adam, normuon, step, args, world_size):
     windows = attention_windows(step, args)
     loss = torch.zeros((), device=micro_batches[0].inputs.device)
     for micro in micro_batches:
-        micro_loss = model(micro, windows)
-        micro_loss.backward()
-        loss += micro_loss.detach()
+        loss += forward_backward(model, micro, windows) if model.graphs is None else model.graphs(micro, windows)
     for opt in (adam, normuon):
         for group in opt.param_groups:
             group["lr"] = group["initial_lr"] * lr_factor(step, args)
@@ -1405,12 +1465,12 @@ def train_step(model, micro_batches, adam, normuon, step, args, world_size):
             adam.sum_gradients()
         reductions.append(dist.all_reduce(loss, async_op=True))
     normuon.step()
-    normuon.zero_grad(set_to_none=True)
+    normuon.zero_grad(set_to_none=False)  # in place: the graphs hold the gradients' addresses
     for work in reductions:
         work.wait()
     if adam_step:
         adam.step()
-        adam.zero_grad(set_to_none=True)
+        adam.zero_grad(set_to_none=False)
     return loss / (world_size * sum(micro.inputs.numel() for micro in micro_batches))
 
 
@@ -1487,11 +1547,13 @@ def train(args, rank, world_size, device, log):
         if cuda and args.compile_cache and rank == 0:
             save_compile_cache(args.compile_cache)
         model.load_state_dict(initial_state)
-        model.zero_grad(set_to_none=True)  # Adam keeps its gradients over even steps: the warm-up may end on one
+        model.zero_grad(set_to_none=False)  # Adam keeps its gradients over even steps: the warm-up may end on one
         model.tied = True  # the warm-up may have passed the untie step
         adam, normuon = make_optimizers(model, args, world_size)
         train_loader.restart(train_source.start)
         val_loader.restart(val_source.start)
+        if cuda:  # the uncaptured micro-batches' cached memory: the graphs' pool holds its own
+            torch.cuda.empty_cache()
     startup["total"] = time.perf_counter() - PROCESS_START
     log("startup: " + ", ".join(f"{k} {v:.1f}s" for k, v in startup.items()))
 

@@ -388,8 +388,9 @@ def test_adam_against_float64_formula_and_untie_hand_over():
 def test_every_parameter_has_one_table_row_and_matrices_go_to_normuon():
     model = tg.GPT(SMOKE, fp8=False)
     adam, normuon = tg.make_optimizers(model, SMOKE, 1)
-    in_adam = {p for g in adam.param_groups for p in g["params"]}
+    in_adam = {p for g in adam.param_groups for p in g["params"]} | {adam.late}  # the embedding joins at untie
     in_normuon = {p for g in normuon.param_groups for p in g["params"]}
+    assert adam.late is model.embed.weight
     assert not in_adam & in_normuon and len(in_adam | in_normuon) == len(list(model.parameters()))
     for name, p in model.named_parameters():
         assert (p in in_normuon) == (p.ndim >= 2 and name.startswith("blocks.")), name
