@@ -625,6 +625,7 @@ class ParamConfig:
     lr_mul: float = 1.0  # times matrix_lr or adam_lr
     wd_mul: float = 1.0  # times matrix_wd or adam_wd
     betas: tuple = (0.9, 0.99)  # Adam's
+    late: bool = False  # Adam's: joins at the untie (Adam.untie), until then no state and no step
 
 
 # Each parameter takes the first row whose pattern (fnmatch) matches its name. NorMuon scales a matrix's
@@ -634,7 +635,7 @@ PARAMETER_TABLE = (
     ("blocks.*.weight", ParamConfig("normuon")),
     ("blocks.*.attn.qkv", ParamConfig("normuon")),
     ("head.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95))),
-    ("embed.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95))),
+    ("embed.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95), late=True)),
     ("value_embeds.*", ParamConfig("adam", lr_mul=75.0, wd_mul=5.0, betas=(0.75, 0.95))),
     ("bigram_embed.weight", ParamConfig("adam", lr_mul=75.0, wd_mul=5.0, betas=(0.75, 0.95))),
     ("smear_gate.weight", ParamConfig("adam", lr_mul=0.01, wd_mul=0.0)),
@@ -730,10 +731,10 @@ class Adam(torch.optim.Optimizer):
     def __init__(self, named_params, lr, wd, world_size=1, eps=1e-10):
         groups, self.late = {}, None
         for name, p in named_params:
-            if name == "embed.weight":  # joins at untie(): until then it holds no state and takes no step
+            config = param_config(name)
+            if config.late:
                 self.late = p
                 continue
-            config = param_config(name)
             key = (config.lr_mul, config.wd_mul, config.betas)
             group = groups.setdefault(key, dict(params=[], lr_mul=config.lr_mul, wd=wd * config.wd_mul,
                                                 betas=config.betas, steps=0))
@@ -1416,7 +1417,7 @@ class MicroStepGraphs:
     def __call__(self, micro, windows):
         tokens, n = micro.inputs.numel(), micro.seqs.cu_seqlens.numel() - 1
         key = (tokens, micro.seqs.max_len, windows, self.model.tied)
-        if n > tokens // GRAPH_TOKENS_PER_SEQ or key not in self.graphs and key not in self.seen:
+        if n > tokens // GRAPH_TOKENS_PER_SEQ or (key not in self.graphs and key not in self.seen):
             self.seen.add(key)
             return forward_backward(self.model, micro, windows)
         if key not in self.graphs:

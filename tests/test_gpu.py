@@ -108,7 +108,7 @@ def test_prefetch_loader_on_gpu_equals_reference_under_slow_compute(make_shards)
     for shape, expected in zip(shapes, reference):
         got = loader.send(shape)
         torch.cuda._sleep(2_000_000)  # about a millisecond of compute-stream work after the send
-        fields = ("inputs", "targets", "bigram_rows", "bigram_signs")
+        fields = tg.TOKEN_FIELDS
         copies = [([getattr(m, f).clone() for f in fields], m.seqs.cu_seqlens.clone(), m.seqs.max_len) for m in got]
         for (tensors, cu, max_len), e in zip(copies, expected):
             assert all(torch.equal(t.cpu(), getattr(e, f)) for t, f in zip(tensors, fields))
@@ -133,7 +133,7 @@ def test_graphed_micro_steps_equal_uncaptured_ones():
     plain.load_state_dict(graphed.state_dict())
     loader = tg.PrefetchLoader(tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True), device)
     steps = [tg.untie_step(args) - 1 + i for i in range(4)]  # two tied steps, then two untied
-    batches = [[tg.MicroBatch(*(t.clone() for t in (m.inputs, m.targets, m.bigram_rows, m.bigram_signs)),
+    batches = [[tg.MicroBatch(*(getattr(m, name).clone() for name in tg.TOKEN_FIELDS),
                               tg.SequenceBoundaries(m.seqs.cu_seqlens.clone(), m.seqs.max_len))
                 for m in loader.send(tg.BatchShape(4096, 512, 4))] for _ in steps]
     results = []

@@ -390,7 +390,7 @@ def test_every_parameter_has_one_table_row_and_matrices_go_to_normuon():
     adam, normuon = tg.make_optimizers(model, SMOKE, 1)
     in_adam = {p for g in adam.param_groups for p in g["params"]} | {adam.late}  # the embedding joins at untie
     in_normuon = {p for g in normuon.param_groups for p in g["params"]}
-    assert adam.late is model.embed.weight
+    assert adam.late is model.embed.weight and tg.param_config("embed.weight").late
     assert not in_adam & in_normuon and len(in_adam | in_normuon) == len(list(model.parameters()))
     for name, p in model.named_parameters():
         assert (p in in_normuon) == (p.ndim >= 2 and name.startswith("blocks.")), name
