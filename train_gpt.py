@@ -812,10 +812,10 @@ class Adam(torch.optim.Optimizer):
             p.view(-1).copy_(full[: p.numel()])
         self.shares = None
 
-    def untie(self, tied, untied):
-        """`untied` (the late parameter) joins `tied`'s group where `tied` is: same values, a copy of its
-        moments, and the group's step count."""
-        assert untied is self.late
+    def untie(self, tied):
+        """The late parameter joins `tied`'s group where `tied` is: same values, a copy of its moments, and the
+        group's step count."""
+        untied = self.late
         (group,) = (g for g in self.param_groups if any(p is tied for p in g["params"]))
         group["params"].append(untied)
         self.late = None
@@ -1447,7 +1447,7 @@ def train_step(model, micro_batches, adam, normuon, step, args, world_size):
     """One optimizer step over a step's micro-batches; returns the mean loss per token (a device scalar).
     Adam steps on odd steps only, on the gradients of two steps."""
     if step == untie_step(args) + 1:
-        adam.untie(model.head.weight, model.embed.weight)
+        adam.untie(model.head.weight)  # the embedding, Adam's late parameter, starts as the head's copy
     model.tied = step <= untie_step(args)
     model.rotary.stretch(yarn_windows(step, args))
     windows = attention_windows(step, args)
@@ -1553,8 +1553,6 @@ def train(args, rank, world_size, device, log):
         adam, normuon = make_optimizers(model, args, world_size)
         train_loader.restart(train_source.start)
         val_loader.restart(val_source.start)
-        if cuda:  # the uncaptured micro-batches' cached memory: the graphs' pool holds its own
-            torch.cuda.empty_cache()
     startup["total"] = time.perf_counter() - PROCESS_START
     log("startup: " + ", ".join(f"{k} {v:.1f}s" for k, v in startup.items()))
 
