@@ -1613,7 +1613,8 @@ def train(args, rank, world_size, device, log):
 
     if cuda:
         log(f"peak_memory: allocated={torch.cuda.max_memory_allocated() // 2**20}MiB "
-            f"reserved={torch.cuda.max_memory_reserved() // 2**20}MiB")
+            f"reserved={torch.cuda.max_memory_reserved() // 2**20}MiB "
+            f"alloc_retries={torch.cuda.memory_stats()['num_alloc_retries']}")
     log(f"final val_loss:{val_loss:.4f} {timed(N)} steps:{N}")
 
 

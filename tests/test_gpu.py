@@ -136,6 +136,7 @@ def test_graphed_micro_steps_equal_uncaptured_ones():
     batches = [[tg.MicroBatch(*(getattr(m, name).clone() for name in tg.TOKEN_FIELDS),
                               tg.SequenceBoundaries(m.seqs.cu_seqlens.clone(), m.seqs.max_len))
                 for m in loader.send(tg.BatchShape(4096, 512, 4))] for _ in steps]
+    start = {n: p.detach().float().clone() for n, p in plain.named_parameters()}
     results = []
     for model in (graphed, plain):
         adam, normuon = tg.make_optimizers(model, args, 1)
@@ -144,7 +145,12 @@ def test_graphed_micro_steps_equal_uncaptured_ones():
         results.append((losses, [(n, p.detach().float()) for n, p in model.named_parameters()]))
     assert len(graphed.graphs.graphs) == 2  # tied and untied
     assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)  # later steps' losses check the updates
-    # weights: a bf16 table rounds an element one way or the other on the slightest difference (the padded
-    # sequences change FlashAttention's grid); 1e-5 failed on an H100, which parameter was not recorded
+    # weights within 1e-3 of their norm. The padded sequences change FlashAttention's grid and so its rounding,
+    # and Adam turns a difference in a near-zero gradient into a whole update of the other sign: in the bigram
+    # table (lr_mul 75, each row seen a few times) graphed and uncaptured steps differed by 0.2 % and 1.2 % of
+    # the distance the four steps moved it (two runs on an H100). For Adam's tables with such a rate, the
+    # bound is 5 % of that distance: an update lost or applied twice would be far more.
     for (name, a), (_, b) in zip(results[0][1], results[1][1]):
-        assert rel_error(a, b) < 1e-3, name
+        fast_table = tg.param_config(name).optimizer == "adam" and tg.param_config(name).lr_mul > 10
+        bound = 0.05 * (b - start[name]).norm() if fast_table else 1e-3 * b.norm()
+        assert (a - b).norm() <= bound, name
