@@ -1,0 +1,62 @@
+#!/bin/bash
+# Proxy A/B runs that outlast one device call (10 minutes), for the device machine.
+#
+#   bash benchmarks/background_ab.sh start main:2 backout:1    # returns at once
+#   bash benchmarks/background_ab.sh collect 540               # waits up to 540 s, copies results to $OUT
+#
+# `start` copies what the runs need to /tmp/ab_work, outside the synced working tree (each call re-syncs
+# the tree and deletes what a job wrote inside it). In the background, one run after another, it runs
+# benchmarks/proxy_record.py for each name:runs on scratch/ab/<name>.py, a copy of the train_gpt.py to
+# measure, with --scheduled_steps ${STEPS:-260} --extension_steps 3 and the compile cache /tmp/cc.
+# Results go to /tmp/ab_results/<name>/ (logs, statistics.md) and <name>.out; a variant of one run ends
+# "rc=1", as summarize.py needs two runs for its test. Carry .proxy and scratch.
+# `collect` prints the progress and each variant's result lines, and copies the logs into $OUT. Call
+# it again before the machine goes idle (30 s) until the progress says "finished".
+set -u
+shopt -s nullglob
+WORK=/tmp/ab_work
+RESULTS=/tmp/ab_results
+case "${1:-}" in
+  start)
+    shift
+    rm -rf "$RESULTS" && mkdir -p "$RESULTS"
+    rm -rf "$WORK" && mkdir -p "$WORK/logs"
+    cp -r benchmarks data records scratch train_gpt.py .proxy "$WORK/"
+    # its own session, so that the end of the device call does not end it
+    setsid bash "$WORK/benchmarks/background_ab.sh" run "$@" > /dev/null 2>&1 < /dev/null &
+    ;;
+  run)
+    shift
+    cd "$WORK" || exit 1
+    for spec in "$@"; do
+      name=${spec%%:*}
+      runs=${spec##*:}
+      echo "start $name $(date +%T)" >> "$RESULTS/progress"
+      python benchmarks/proxy_record.py --script "scratch/ab/$name.py" --runs "$runs" --out "$RESULTS/$name" \
+        --scheduled_steps "${STEPS:-260}" --extension_steps 3 --compile_cache /tmp/cc > "$RESULTS/$name.out" 2>&1
+      echo "done $name rc=$? $(date +%T)" >> "$RESULTS/progress"
+    done
+    echo finished >> "$RESULTS/progress"
+    ;;
+  collect)
+    for _ in $(seq 1 "${2:-500}"); do
+      grep -q finished "$RESULTS/progress" 2>/dev/null && break
+      sleep 1
+    done
+    cat "$RESULTS/progress"
+    for out in "$RESULTS"/*.out; do
+      echo "== $out"
+      grep "^startup\|^peak_memory\|^final val_loss\|^run " "$out"
+    done
+    # the logs alone (summarize.py remakes the rest here): a call brings back only so many files
+    mkdir -p "$OUT"
+    cp "$RESULTS"/progress "$RESULTS"/*.out "$OUT"/
+    for log in "$RESULTS"/*/*.txt; do
+      mkdir -p "$OUT/$(basename "$(dirname "$log")")" && cp "$log" "$OUT/$(basename "$(dirname "$log")")/"
+    done
+    ;;
+  *)
+    echo "usage: $0 start name:runs [name:runs ...] | collect [seconds]" >&2
+    exit 2
+    ;;
+esac
