@@ -95,10 +95,11 @@ def test_good_record(tmp_path, capsys):
     expected_p = student_t_cdf((mean - 3.28) / (std / math.sqrt(n)), n - 1)
     assert float(re.search(r"p = (\S+)$", text, re.M)[1]) == pytest.approx(expected_p, rel=5e-3)
     assert expected_p < 0.01
-    # steps take ms + 1, 8, 27, 64: a run takes 4 * ms + 100, its median step ms + 17.5
-    assert "| run1.txt | 3.2710 | 0.580 | 137.50 | 4 |" in text
+    # steps take ms + 1, 8, 27, 64: a run takes 4 * ms + 100; its pairs of steps ms + 4.5 and ms + 45.5 a step
+    assert "| run1.txt | 3.2710 | 0.580 | 145.00 | 4 |" in text
     assert "training time: mean 0.540 s, std 0.040 s" in text
-    assert "median step time over all runs: 127.50 ms" in text  # (127 + 128) / 2, the mean is 135
+    # ms = 100, 110, 120: the pairs' median (124.5 + 145.5) / 2
+    assert "median step time over all runs, by pairs of steps: 135.00 ms" in text
     assert hashlib.sha256(SOURCE.encode()).hexdigest() in text
     assert (folder / "val_loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the same runs do not beat a lower target
@@ -244,3 +245,12 @@ def test_command_line(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "| a.txt | 3.2700 |" in result.stdout
+
+
+def test_step_times_are_taken_by_pairs_of_steps():
+    """Adam's every-other-step update makes step times alternate: a median of single steps would report the
+    short side (100 ms); pairs give the time a step takes (200 ms), and a step left without its pair is
+    dropped."""
+    run = summarize.Run(Path("run.txt"))
+    run.step_ms = [100.0, 300.0, 100.0, 300.0, 100.0]
+    assert summarize.pair_ms(run) == [200.0, 200.0]
