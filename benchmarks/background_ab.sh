@@ -1,14 +1,15 @@
 #!/bin/bash
 # Proxy A/B runs that outlast one device call (10 minutes), for the device machine.
 #
-#   bash benchmarks/background_ab.sh start main:2 backout:1    # returns at once
+#   bash benchmarks/background_ab.sh start main:2 backout:1 main:3:--scheduled_steps=250    # returns at once
 #   bash benchmarks/background_ab.sh collect 540               # waits up to 540 s, copies results to $OUT
 #
 # `start` copies what the runs need to /tmp/ab_work, outside the synced working tree (each call re-syncs
 # the tree and deletes what a job wrote inside it). In the background, one run after another, it runs
-# benchmarks/proxy_record.py for each name:runs on scratch/ab/<name>.py, a copy of the train_gpt.py to
-# measure, with --scheduled_steps ${STEPS:-260} --extension_steps 3 and the compile cache /tmp/cc.
-# Results go to /tmp/ab_results/<name>/ (logs, statistics.md) and <name>.out; a variant of one run ends
+# benchmarks/proxy_record.py for each name:runs[:flags] on scratch/ab/<name>.py, a copy of the train_gpt.py to
+# measure, with --scheduled_steps 260 --extension_steps 3, the compile cache /tmp/cc, then the flags given
+# (comma-separated, --flag=value; later flags win). Results go to /tmp/ab_results/<i>_<name>/ (logs,
+# statistics.md) and <i>_<name>.out, i counting the variants from 1; a variant of one run ends
 # "rc=1", as summarize.py needs two runs for its test. Carry .proxy and scratch.
 # `collect` prints the progress and each variant's result lines, and copies the logs into $OUT. Call
 # it again before the machine goes idle (30 s) until the progress says "finished".
@@ -28,13 +29,17 @@ case "${1:-}" in
   run)
     shift
     cd "$WORK" || exit 1
+    i=0
     for spec in "$@"; do
-      name=${spec%%:*}
-      runs=${spec##*:}
-      echo "start $name $(date +%T)" >> "$RESULTS/progress"
-      python benchmarks/proxy_record.py --script "scratch/ab/$name.py" --runs "$runs" --out "$RESULTS/$name" \
-        --scheduled_steps "${STEPS:-260}" --extension_steps 3 --compile_cache /tmp/cc > "$RESULTS/$name.out" 2>&1
-      echo "done $name rc=$? $(date +%T)" >> "$RESULTS/progress"
+      IFS=: read -r name runs flags <<< "$spec"
+      i=$((i + 1))
+      tag="${i}_$name"
+      echo "start $tag ($spec) $(date +%T)" >> "$RESULTS/progress"
+      # shellcheck disable=SC2046  # the flags are split at commas on purpose
+      python benchmarks/proxy_record.py --script "scratch/ab/$name.py" --runs "$runs" --out "$RESULTS/$tag" \
+        --scheduled_steps 260 --extension_steps 3 --compile_cache /tmp/cc $(tr , ' ' <<< "$flags") \
+        > "$RESULTS/$tag.out" 2>&1
+      echo "done $tag rc=$? $(date +%T)" >> "$RESULTS/progress"
     done
     echo finished >> "$RESULTS/progress"
     ;;
