@@ -7,6 +7,10 @@ machine; or --proxy DIR) into data/proxy/ once, runs train_gpt.py --runs times o
 proxy flags below plus the flags given (e.g. --scheduled_steps 300 --extension_steps 3), copies each run's
 log into --out, and runs records/summarize.py on it against the Aug-2025 record's proxy loss 1.9004. The
 first run compiles (keep --compile_cache between calls); the record is the mean over all the runs.
+
+Run i (from 0) draws its initial weights with --seed i, so that the runs' spread, which the t-test weighs,
+includes the initialisation's, as in the public speedrun, whose runs are not seeded. A --seed among the flags
+holds every run to that seed (an A/B of two revisions on the same draw).
 """
 import argparse
 import lzma
@@ -33,6 +37,13 @@ def decompress(proxy_dir, data_dir):
             partial.replace(shard)
 
 
+def run_flags(flags, run):
+    """The flags of run `run` (from 0): its own seed, unless the flags fix one."""
+    if any(flag == "--seed" or flag.startswith("--seed=") for flag in flags):
+        return list(flags)
+    return [*flags, "--seed", str(run)]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3, help="training runs, one after another")
@@ -47,7 +58,7 @@ def main():
     for run in range(own.runs):
         before = set((ROOT / "logs").glob("*.txt"))
         clock = time.perf_counter()
-        subprocess.run([sys.executable, own.script, *PROXY_FLAGS, *flags], cwd=ROOT, check=True)
+        subprocess.run([sys.executable, own.script, *PROXY_FLAGS, *run_flags(flags, run)], cwd=ROOT, check=True)
         (log,) = set((ROOT / "logs").glob("*.txt")) - before
         shutil.copy(log, out / log.name)
         print(f"run {run + 1} of {own.runs}: {log.name}, {time.perf_counter() - clock:.0f} s with start-up",

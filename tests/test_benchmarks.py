@@ -1,7 +1,7 @@
 """The arithmetic of benchmarks/step_profile.py: communication time that no compute kernel hides."""
 import pytest
 
-from benchmarks import step_profile  # conftest puts the repo root on sys.path
+from benchmarks import proxy_record, step_profile  # conftest puts the repo root on sys.path
 
 
 @pytest.mark.parametrize("communication, compute, exposed", [
@@ -23,3 +23,10 @@ def test_kernel_kinds_by_name():
         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "nvjet_tst_192x192_64x3_1x2_h_bz_coopA_NTN",
         "triton_poi_fused_add_mul_0")]
     assert kinds == ["nccl", "attention", "matmul", "matmul", "other"]
+
+
+def test_proxy_runs_each_draw_their_own_seed_unless_one_is_given():
+    assert proxy_record.run_flags(["--scheduled_steps", "250"], 2) == ["--scheduled_steps", "250", "--seed", "2"]
+    assert proxy_record.run_flags(["--seed", "7"], 2) == ["--seed", "7"]
+    assert proxy_record.run_flags(["--seed=7"], 1) == ["--seed=7"]
+    assert proxy_record.run_flags(["--seed_data"], 1)[-2:] == ["--seed", "1"]  # another flag, not --seed
