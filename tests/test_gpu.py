@@ -151,6 +151,7 @@ def test_graphed_micro_steps_equal_uncaptured_ones():
     # the distance the four steps moved it (two runs on an H100). For Adam's tables with such a rate, the
     # bound is 5 % of that distance: an update lost or applied twice would be far more.
     for (name, a), (_, b) in zip(results[0][1], results[1][1]):
-        fast_table = tg.param_config(name).optimizer == "adam" and tg.param_config(name).lr_mul > 10
+        config = tg.param_config(name)
+        fast_table = config.optimizer == "adam" and config.lr_mul > 10
         bound = 0.05 * (b - start[name]).norm() if fast_table else 1e-3 * b.norm()
         assert (a - b).norm() <= bound, name
