@@ -98,15 +98,18 @@ class Stage:
     max_seq_len: int  # longer documents are split into attention sequences this long
     windows: tuple  # sliding windows of the short- and the long-window layers, in WINDOW_BLOCKs
     lr_mul: float  # learning-rate multiplier (the cool-down leads from it to final_lr_frac)
+    mtp: tuple  # multi-token prediction: per target (the next token, the one after, ...) its loss weight
+    # at the stage's start and at its end, linear in between
 
 
 # The public speedrun's staged schedule (record #89): small batches, short sequences and short windows first.
 # The last row is the extension after scheduled_steps; the final validation sees longer windows still.
 TRAINING_STAGES = (
-    Stage(end=1 / 3, batch=Fraction(1, 3), max_seq_len=896, windows=(1, 3), lr_mul=1.0),
-    Stage(end=2 / 3, batch=Fraction(2, 3), max_seq_len=2048, windows=(3, 7), lr_mul=1.52),
-    Stage(end=1.0, batch=Fraction(1), max_seq_len=2048, windows=(5, 11), lr_mul=1.73),
-    Stage(end=math.inf, batch=Fraction(1), max_seq_len=2048, windows=(6, 13), lr_mul=1.73),
+    Stage(end=1 / 3, batch=Fraction(1, 3), max_seq_len=896, windows=(1, 3), lr_mul=1.0,
+          mtp=((1, 1), (0.5, 0.5), (0.25, 0))),
+    Stage(end=2 / 3, batch=Fraction(2, 3), max_seq_len=2048, windows=(3, 7), lr_mul=1.52, mtp=((1, 1), (0.5, 0))),
+    Stage(end=1.0, batch=Fraction(1), max_seq_len=2048, windows=(5, 11), lr_mul=1.73, mtp=((1, 1),)),
+    Stage(end=math.inf, batch=Fraction(1), max_seq_len=2048, windows=(6, 13), lr_mul=1.73, mtp=((1, 1),)),
 )
 FINAL_VALIDATION_WINDOWS = (6, 20)
 WINDOW_BLOCK = 128  # tokens
@@ -189,9 +192,12 @@ def softcap(logits):
     return SOFTCAP * torch.sigmoid((logits.float() + SOFTCAP_SHIFT) / SOFTCAP_WIDTH)
 
 
-def softcapped_cross_entropy(logits, targets):
-    """The summed cross-entropy of the soft-capped logits, and its gradient with respect to the raw logits,
-    in float32. The FP8 head (Hopper) uses the Triton kernel below instead; this is the path without FP8
+def softcapped_cross_entropy(logits, targets, weights):
+    """Multi-token prediction from soft-capped logits: row i is scored against the targets targets[i, k]
+    (the token k + 1 places on; -1 where the micro-batch has none) with the loss weights weights[k].
+    Returns the summed next-token cross-entropy (targets[:, 0], the loss to report) and the gradient of the
+    whole weighted objective, sum_k weights[k] * CE(targets[:, k]), with respect to the raw logits, in
+    float32. The FP8 head (Hopper) uses the Triton kernel below instead; this is the path without FP8
     (CPU, older GPUs) and that kernel's reference.
 
     Soft-capping bounds every logit to (0, SOFTCAP), so exp() cannot overflow in float32 and the
@@ -200,9 +206,11 @@ def softcapped_cross_entropy(logits, targets):
     capped = softcap(logits)
     grad = torch.exp(capped)  # turned into the gradient in place: one logits-sized buffer fewer
     row_sums = grad.sum(dim=1, keepdim=True)
-    targets = targets[:, None].long()
-    loss = (torch.log(row_sums) - capped.gather(1, targets)).sum()
-    grad.div_(row_sums).scatter_add_(1, targets, grad.new_full(targets.shape, -1.0))
+    present = targets >= 0
+    loss = (torch.log(row_sums) - capped.gather(1, targets[:, :1].long())).sum()
+    target_weights = torch.where(present, weights.float(), 0.0)
+    grad.mul_(target_weights.sum(dim=1, keepdim=True) / row_sums)
+    grad.scatter_add_(1, targets.clamp(min=0).long(), -target_weights)
     # d(capped)/d(logits) = SOFTCAP * sigmoid * (1 - sigmoid) / SOFTCAP_WIDTH
     return loss, grad.mul_((SOFTCAP - capped).mul_(capped).div_(SOFTCAP * SOFTCAP_WIDTH))
 
@@ -213,14 +221,21 @@ CE_ROWS, CE_COLS, CE_WARPS = 64, 128, 16  # the kernel's tile and warps, fastest
 if triton is not None:
 
     @triton.jit
-    def softcapped_cross_entropy_kernel(logits_ptr, targets_ptr, losses_ptr, grad_ptr, grad_t_ptr, T,
-                                        inverse_grad_scale, V: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
+    def softcapped_cross_entropy_kernel(logits_ptr, targets_ptr, weights_ptr, losses_ptr, grad_ptr, grad_t_ptr,
+                                        T, inverse_grad_scale, V: tl.constexpr, K: tl.constexpr,
+                                        ROWS: tl.constexpr, COLS: tl.constexpr,
                                         CAP: tl.constexpr, SHIFT: tl.constexpr, WIDTH: tl.constexpr):
-        """softcapped_cross_entropy for ROWS rows: two passes over the vocabulary, the first for the row
-        sums, the second for the gradient, written in e5m2 both row-major and transposed."""
+        """softcapped_cross_entropy for ROWS rows and K targets each: two passes over the vocabulary, the
+        first for the row sums, the second for the gradient, written in e5m2 both row-major and
+        transposed. The K targets are reloaded per tile (64 integers each, from the cache), as Triton keeps
+        no list of tensors across an unrolled loop."""
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
         row_in = rows < T
-        targets = tl.load(targets_ptr + rows, mask=row_in, other=-1)
+        targets = tl.load(targets_ptr + rows * K, mask=row_in, other=-1)
+        weight_sums = tl.zeros([ROWS], dtype=tl.float32)
+        for k in tl.static_range(K):
+            target_k = tl.load(targets_ptr + rows * K + k, mask=row_in, other=-1)
+            weight_sums += tl.where(target_k >= 0, tl.load(weights_ptr + k), 0.0)
         row_sums = tl.zeros([ROWS], dtype=tl.float32)
         target_capped = tl.zeros([ROWS], dtype=tl.float32)
         for start in range(0, V, COLS):
@@ -231,15 +246,18 @@ if triton is not None:
             row_sums += tl.sum(tl.where(inside, tl.exp(capped), 0.0), axis=1)
             target_capped += tl.sum(tl.where(cols[None, :] == targets[:, None], capped, 0.0), axis=1)
         tl.store(losses_ptr + rows, tl.log(row_sums) - target_capped, mask=row_in)
-        inverse_sums = 1 / row_sums
+        scales = weight_sums / row_sums
         for start in range(0, V, COLS):
             cols = start + tl.arange(0, COLS)
             inside = row_in[:, None] & (cols < V)[None, :]
             z = tl.load(logits_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :], mask=inside, other=0.0)
             capped = CAP * tl.sigmoid((z.to(tl.float32) + SHIFT) * (1 / WIDTH))
-            is_target = (cols[None, :] == targets[:, None]).to(tl.float32)
+            target_mass = tl.zeros([ROWS, COLS], dtype=tl.float32)
+            for k in tl.static_range(K):
+                target_k = tl.load(targets_ptr + rows * K + k, mask=row_in, other=-1)
+                target_mass += tl.where(cols[None, :] == target_k[:, None], tl.load(weights_ptr + k), 0.0)
             slope = capped * (CAP - capped) * (inverse_grad_scale / (CAP * WIDTH))
-            grad = (tl.exp(capped) * inverse_sums[:, None] - is_target) * slope
+            grad = (tl.exp(capped) * scales[:, None] - target_mass) * slope
             grad = grad.to(tl.float8e5, fp_downcast_rounding="rtne")  # round to nearest, as torch's casts do
             tile = grad_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :]
             tl.store(tile, grad, mask=inside)
@@ -252,8 +270,8 @@ if triton is not None:
 
 
 @torch.library.custom_op("train_gpt::softcapped_cross_entropy_fp8", mutates_args=())
-def softcapped_cross_entropy_fp8(
-        logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def softcapped_cross_entropy_fp8(logits: torch.Tensor, targets: torch.Tensor,
+                                 weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """softcapped_cross_entropy's loss, and its gradient divided by HEAD_GRAD_SCALE in e5m2, twice: row-major
     for x's gradient and transposed for w's (_scaled_mm takes FP8 operands only as row-major times
     column-major). One Triton kernel: writing the transposed copy while the tile is still in cache costs
@@ -262,21 +280,22 @@ def softcapped_cross_entropy_fp8(
     An opaque operator to torch.compile, so the kernel is built by Triton as in eager mode (Inductor's
     own build of it failed in Triton's LLVM lowering on torch 2.11)."""
     if not logits.is_cuda:
-        loss, grad = softcapped_cross_entropy(logits, targets)
+        loss, grad = softcapped_cross_entropy(logits, targets, weights)
         grad = (grad / HEAD_GRAD_SCALE).to(torch.float8_e5m2)
         return loss, grad, grad.T.contiguous()
     T, V = logits.shape
+    targets = targets.contiguous()  # the kernel indexes row * K + k
     losses = torch.empty(T, dtype=torch.float32, device=logits.device)
     grad = torch.empty(T, V, dtype=torch.float8_e5m2, device=logits.device)
     grad_t = torch.empty(V, T, dtype=torch.float8_e5m2, device=logits.device)
     softcapped_cross_entropy_kernel[(triton.cdiv(T, CE_ROWS),)](
-        logits, targets, losses, grad, grad_t, T, 1 / HEAD_GRAD_SCALE, V=V, ROWS=CE_ROWS, COLS=CE_COLS,
-        CAP=SOFTCAP, SHIFT=SOFTCAP_SHIFT, WIDTH=SOFTCAP_WIDTH, num_warps=CE_WARPS)
+        logits, targets, weights, losses, grad, grad_t, T, 1 / HEAD_GRAD_SCALE, V=V, K=targets.size(1),
+        ROWS=CE_ROWS, COLS=CE_COLS, CAP=SOFTCAP, SHIFT=SOFTCAP_SHIFT, WIDTH=SOFTCAP_WIDTH, num_warps=CE_WARPS)
     return losses.sum(), grad, grad_t
 
 
 @softcapped_cross_entropy_fp8.register_fake
-def _(logits, targets):
+def _(logits, targets, weights):
     T, V = logits.shape
     return (logits.new_empty((), dtype=torch.float32), logits.new_empty(T, V, dtype=torch.float8_e5m2),
             logits.new_empty(V, T, dtype=torch.float8_e5m2))
@@ -291,17 +310,18 @@ class HeadLoss(torch.autograd.Function):
 
     With fp8 (Hopper), both matmuls run in float8: x and w in e4m3, the gradient in e5m2, at fixed
     scales, which cost no extra pass over the data. They fit here: x is RMS-normalised, so
-    |x| <= sqrt(model_dim); the gradient of a logit lies in [-1, 1]; and the head's weights start at
+    |x| <= sqrt(model_dim); the gradient of a logit lies within the sum of the loss weights (1.75 at most:
+    multi-token prediction, see Head) of 0, far inside e5m2's range at that scale; and the head's weights start at
     0.005 std, far below 448 * HEAD_W_SCALE = 0.875 (not checked during training: a larger weight would
     saturate at that value, not overflow).
     """
 
     @staticmethod
-    def forward(ctx, x, w, targets, fp8):
+    def forward(ctx, x, w, targets, weights, fp8):
         ctx.fp8 = fp8
         if not fp8:
             w = w.type_as(x)
-            loss, grad = softcapped_cross_entropy(x @ w.T, targets)
+            loss, grad = softcapped_cross_entropy(x @ w.T, targets, weights)
             ctx.save_for_backward(x, w, grad.type_as(x))
             return loss
         ctx.x_scale = x_scale = x.size(-1) ** 0.5 / 448
@@ -309,7 +329,7 @@ class HeadLoss(torch.autograd.Function):
         w8 = (w / HEAD_W_SCALE).to(torch.float8_e4m3fn)
         logits = torch._scaled_mm(x8, w8.T, scale_a=scalar(x_scale, x), scale_b=scalar(HEAD_W_SCALE, x),
                                   out_dtype=torch.bfloat16)
-        loss, grad, grad_t = softcapped_cross_entropy_fp8(logits, targets)
+        loss, grad, grad_t = softcapped_cross_entropy_fp8(logits, targets, weights)
         ctx.save_for_backward(x8, w8, grad, grad_t)
         return loss
 
@@ -318,7 +338,7 @@ class HeadLoss(torch.autograd.Function):
         if not ctx.fp8:
             x, w, grad = ctx.saved_tensors
             grad = grad * grad_loss.type_as(grad)
-            return grad @ w, grad.T @ x, None, None  # autograd casts w's gradient to w's dtype
+            return grad @ w, grad.T @ x, None, None, None  # autograd casts w's gradient to w's dtype
         x, w, grad, grad_t = ctx.saved_tensors
         x_scale = scalar(ctx.x_scale, grad)
         grad_scale = grad_loss.float() * HEAD_GRAD_SCALE
@@ -327,7 +347,7 @@ class HeadLoss(torch.autograd.Function):
                                   out_dtype=torch.bfloat16)
         grad_w = torch._scaled_mm(grad_t, x.T.contiguous().T, scale_a=grad_scale, scale_b=x_scale,
                                   out_dtype=torch.float32)
-        return grad_x, grad_w, None, None
+        return grad_x, grad_w, None, None, None
 
 
 def scalar(value, like):
@@ -532,17 +552,26 @@ class Block(nn.Module):
 
 class Head(nn.Module):
     """Logits of the normalised input, soft-capped to (0, SOFTCAP), and the summed cross-entropy; FP8 matmuls on
-    Hopper. Its weight starts small, not zero: it is also the embedding until the two are untied."""
+    Hopper. Its weight starts small, not zero: it is also the embedding until the two are untied.
+
+    In training, the gradient is that of multi-token prediction (the public record's #53): the same logits
+    also score the tokens 2, 3, ... places on, mtp_terms targets in all, with the step's loss weights in
+    mtp_weights (set by train_step, on the device so that CUDA graphs read them). Targets run on across
+    documents; past the micro-batch's end there are none. The loss returned is the next-token term alone."""
 
     def __init__(self, dim, vocab_size, fp8):
         super().__init__()
         self.weight = nn.Parameter(0.005 * torch.randn(vocab_size, dim))
         self.fp8 = fp8
+        self.mtp_terms = 1
+        self.register_buffer("mtp_weights", torch.ones(max(len(stage.mtp) for stage in TRAINING_STAGES)),
+                             persistent=False)
 
     def forward(self, x, targets):
         x = rms_norm(x)
         if torch.is_grad_enabled():
-            return HeadLoss.apply(x, self.weight, targets, self.fp8)
+            targets = torch.stack([F.pad(targets[k:], (0, k), value=-1) for k in range(self.mtp_terms)], dim=1)
+            return HeadLoss.apply(x, self.weight, targets, self.mtp_weights[: self.mtp_terms], self.fp8)
         # validation: no gradient to compute, and no FP8: the loss of the logits as they are in bf16
         logits = F.linear(x, self.weight.type_as(x)).float()
         return F.cross_entropy(softcap(logits), targets.long(), reduction="sum")
@@ -886,6 +915,15 @@ def yarn_windows(step, args):
     validation's longer window is no new stage and gets no stretch."""
     index = stage_index(min(step, total_steps(args) - 1), args)
     return tuple(WINDOW_BLOCK * stage.windows[1] for stage in TRAINING_STAGES[: index + 1])
+
+
+def mtp_weights(step, args):
+    """The loss weights of the next token and those after it (multi-token prediction), from the stage's mtp
+    column: linear from its start to its end over the stage's steps; the extension holds its row's start."""
+    i = stage_index(step, args)
+    starts = stage_starts(args) + [total_steps(args)]
+    t = (step - starts[i]) / (starts[i + 1] - starts[i]) if i + 1 < len(TRAINING_STAGES) else 0.0
+    return tuple(a + (b - a) * t for a, b in TRAINING_STAGES[i].mtp)
 
 
 def untie_step(args):
@@ -1404,7 +1442,8 @@ class MicroStepGraphs:
     """forward_backward replayed as CUDA graphs: at the 16K-token micro-batches of the first stage the host
     took longer to queue a micro-batch's ~1,000 kernels than the GPU took to run them (docs/performance.md).
 
-    One graph per micro-batch size, longest sequence (it sets FlashAttention's grid), windows and tie state.
+    One graph per micro-batch size, longest sequence (it sets FlashAttention's grid), windows, tie state and
+    number of prediction targets.
     A key's first micro-batch runs uncaptured (it compiles the regions), its second is captured. A replay
     reads the micro-batch from static buffers, its cu_seqlens padded with empty sequences to one sequence
     per GRAPH_TOKENS_PER_SEQ tokens; a micro-batch with more sequences runs uncaptured. The graphs add into the
@@ -1416,7 +1455,7 @@ class MicroStepGraphs:
 
     def __call__(self, micro, windows):
         tokens, n = micro.inputs.numel(), micro.seqs.cu_seqlens.numel() - 1
-        key = (tokens, micro.seqs.max_len, windows, self.model.tied)
+        key = (tokens, micro.seqs.max_len, windows, self.model.tied, self.model.head.mtp_terms)
         if n > tokens // GRAPH_TOKENS_PER_SEQ or (key not in self.graphs and key not in self.seen):
             self.seen.add(key)
             return forward_backward(self.model, micro, windows)
@@ -1449,6 +1488,10 @@ def train_step(model, micro_batches, adam, normuon, step, args, world_size):
     if step == untie_step(args) + 1:
         adam.untie(model.head.weight)  # the embedding, Adam's late parameter, starts as the head's copy
     model.tied = step <= untie_step(args)
+    weights = mtp_weights(step, args)
+    model.head.mtp_terms = len(weights)
+    for k, weight in enumerate(weights):
+        model.head.mtp_weights[k].fill_(weight)  # a fill, not a copy from the host: a copy would wait for the GPU
     model.rotary.stretch(yarn_windows(step, args))
     windows = attention_windows(step, args)
     loss = torch.zeros((), device=micro_batches[0].inputs.device)

@@ -28,15 +28,18 @@ def test_varlen_attention_matches_dense(window):
         assert rel_error(a, b) < 2e-2
 
 
-def test_cross_entropy_kernel_equals_reference_formula():
+@pytest.mark.parametrize("terms", [1, 3])
+def test_cross_entropy_kernel_equals_reference_formula(terms):
     """The Triton kernel against softcapped_cross_entropy cast to e5m2 by torch, on a row count that is no
-    multiple of the kernel's tile: the same loss, the same e5m2 bytes but for rounding edges, an exact
-    transpose."""
+    multiple of the kernel's tile, with one target per row or three (the last rows without some): the same
+    loss, the same e5m2 bytes but for rounding edges, an exact transpose."""
     torch.manual_seed(0)
     logits = (4 * torch.randn(1000 + tg.CE_ROWS // 2, 50304, device="cuda")).bfloat16()
-    targets = torch.randint(0, 50304, (logits.size(0),), device="cuda", dtype=torch.int32)
-    loss, grad, grad_t = tg.softcapped_cross_entropy_fp8(logits, targets)
-    ref_loss, ref_grad = tg.softcapped_cross_entropy(logits, targets)
+    nxt = torch.randint(0, 50304, (logits.size(0),), device="cuda", dtype=torch.int32)
+    targets = torch.stack([F.pad(nxt[k:], (0, k), value=-1) for k in range(terms)], dim=1)
+    weights = torch.tensor([1.0, 0.5, 0.25][:terms], device="cuda")
+    loss, grad, grad_t = tg.softcapped_cross_entropy_fp8(logits, targets, weights)
+    ref_loss, ref_grad = tg.softcapped_cross_entropy(logits, targets, weights)
     ref_grad = (ref_grad / tg.HEAD_GRAD_SCALE).to(torch.float8_e5m2)
     assert abs(loss.item() - ref_loss.item()) < 1e-5 * ref_loss.item()
     # the formula and the kernel round exp and sigmoid differently: a few values may sit on a rounding edge
@@ -54,10 +57,11 @@ def test_fp8_head_loss_matches_float_reference_compiled():
     torch.manual_seed(0)
     x = tg.rms_norm(torch.randn(4096, 768, device="cuda")).bfloat16().requires_grad_()
     w = (0.05 * torch.randn(50304, 768, device="cuda")).clamp(-0.8, 0.8).requires_grad_()
-    targets = torch.randint(0, 50304, (4096,), device="cuda", dtype=torch.int32)
-    loss = torch.compile(tg.HeadLoss.apply, fullgraph=True)(x, w, targets, True)  # Triton kernel included
+    targets = torch.randint(0, 50304, (4096, 1), device="cuda", dtype=torch.int32)
+    weights = torch.ones(1, device="cuda")
+    loss = torch.compile(tg.HeadLoss.apply, fullgraph=True)(x, w, targets, weights, True)  # Triton kernel included
     x2, w2 = (t.detach().double().requires_grad_() for t in (x, w))
-    ref = F.cross_entropy(23 * torch.sigmoid((x2 @ w2.T + 5) / 7.5), targets.long(), reduction="sum")
+    ref = F.cross_entropy(23 * torch.sigmoid((x2 @ w2.T + 5) / 7.5), targets[:, 0].long(), reduction="sum")
     assert abs(loss.item() - ref.item()) < 0.01 * ref.item()
     loss.backward()
     ref.backward()

@@ -721,23 +721,63 @@ def test_compiled_regions_compile_each_batch_shape_statically():
         torch._dynamo.reset()
 
 
-def reference_head_loss(x, w, targets):
-    return F.cross_entropy(23 * torch.sigmoid((x.double() @ w.double().T + 5) / 7.5), targets.long(),
-                           reduction="sum")
+def reference_head_loss(x, w, targets, weights=(1.0,)):
+    """sum_k weights[k] * the summed cross-entropy against targets[:, k] where it is not -1, in float64."""
+    targets = targets.long().view(targets.size(0), -1)
+    capped = 23 * torch.sigmoid((x.double() @ w.double().T + 5) / 7.5)
+    return sum(weight * F.cross_entropy(capped, targets[:, k], ignore_index=-1, reduction="sum")
+               for k, weight in enumerate(weights))
+
+
+def mtp_targets(T, vocab, K, generator=None):
+    """(T, K) targets as Head builds them: column k is column 0 moved up k rows, -1 past the end."""
+    nxt = torch.randint(0, vocab, (T,), dtype=torch.int32, generator=generator)
+    return torch.stack([F.pad(nxt[k:], (0, k), value=-1) for k in range(K)], dim=1)
+
+
+MTP_WEIGHTS = (1.0, 0.5, 0.25)
 
 
 def test_head_loss_and_its_gradients_equal_autograd_of_the_formula():
-    """The gradient computed in the forward pass, scaled in the backward pass by the loss's own gradient."""
+    """The gradient computed in the forward pass, scaled in the backward pass by the loss's own gradient: that
+    of the multi-token objective (three targets, the last rows without some), while the loss returned is the
+    next-token term alone."""
     torch.manual_seed(0)
     x, w = torch.randn(64, 32, dtype=torch.float64), torch.randn(500, 32, dtype=torch.float64)
-    targets = torch.randint(0, 500, (64,), dtype=torch.int32)
+    targets = mtp_targets(64, 500, 3)
     x1, w1, x2, w2 = (t.clone().requires_grad_() for t in (x, w, x, w))
-    loss = tg.HeadLoss.apply(x1, w1, targets, False)
-    ref = reference_head_loss(x2, w2, targets)
+    loss = tg.HeadLoss.apply(x1, w1, targets, torch.tensor(MTP_WEIGHTS), False)
+    ref = reference_head_loss(x2, w2, targets, MTP_WEIGHTS)
     (2.5 * loss).backward()
     (2.5 * ref).backward()
-    assert abs(loss.item() - ref.item()) < 1e-5 * ref.item()  # the loss itself is summed in float32
+    next_token = reference_head_loss(x, w, targets[:, 0]).item()
+    assert abs(loss.item() - next_token) < 1e-5 * next_token  # the loss itself is summed in float32
     assert torch.allclose(x1.grad, x2.grad, atol=1e-5) and torch.allclose(w1.grad, w2.grad, atol=1e-5)
+
+
+def test_head_builds_the_later_targets_from_the_next_ones():
+    """Head.forward with three terms: the gradient of the objective on targets shifted within the
+    micro-batch (none past its end), with the weights in its buffer."""
+    torch.manual_seed(0)
+    head = tg.Head(32, 500, fp8=False).double()
+    head.mtp_terms = 3
+    head.mtp_weights.copy_(torch.tensor(MTP_WEIGHTS))
+    x = torch.randn(64, 32, dtype=torch.float64, requires_grad=True)
+    targets = mtp_targets(64, 500, 3)
+    head(x, targets[:, 0]).backward()
+    x2 = x.detach().clone().requires_grad_()
+    w2 = head.weight.detach().clone().requires_grad_()
+    reference_head_loss(tg.rms_norm(x2), w2, targets, MTP_WEIGHTS).backward()
+    assert torch.allclose(x.grad, x2.grad, atol=1e-5) and torch.allclose(head.weight.grad, w2.grad, atol=1e-5)
+
+
+def test_mtp_weights_follow_the_stage_table():
+    args = tg.parse_args(["--scheduled_steps", "300", "--extension_steps", "3"])  # stages start at 0, 100, 200
+    assert tg.mtp_weights(0, args) == (1, 0.5, 0.25)
+    assert tg.mtp_weights(50, args) == pytest.approx((1, 0.5, 0.125))
+    assert tg.mtp_weights(100, args) == (1, 0.5)
+    assert tg.mtp_weights(150, args) == pytest.approx((1, 0.25))
+    assert tg.mtp_weights(200, args) == tg.mtp_weights(299, args) == tg.mtp_weights(302, args) == (1,)
 
 
 @pytest.mark.parametrize("fp8", [False, True])
@@ -746,9 +786,9 @@ def test_head_loss_compiles_as_one_graph(fp8):
     torch._dynamo.reset()
     x = torch.randn(16, 64, dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(256, 64, requires_grad=True)
-    targets = torch.randint(0, 256, (16,), dtype=torch.int32)
+    targets, weights = mtp_targets(16, 256, 2), torch.tensor(MTP_WEIGHTS[:2])
     try:
-        torch.compile(tg.HeadLoss.apply, backend="aot_eager", fullgraph=True)(x, w, targets, fp8).backward()
+        torch.compile(tg.HeadLoss.apply, backend="aot_eager", fullgraph=True)(x, w, targets, weights, fp8).backward()
     finally:
         torch._dynamo.reset()
     assert x.grad is not None and w.grad is not None
@@ -759,11 +799,12 @@ def test_fp8_head_loss_matches_float_reference_on_cpu():
     torch.manual_seed(0)
     x = tg.rms_norm(torch.randn(256, 768)).bfloat16().requires_grad_()
     w = (0.05 * torch.randn(4096, 768)).clamp(-0.8, 0.8).requires_grad_()
-    targets = torch.randint(0, 4096, (256,), dtype=torch.int32)
-    loss = tg.HeadLoss.apply(x, w, targets, True)
+    targets = mtp_targets(256, 4096, 3)
+    loss = tg.HeadLoss.apply(x, w, targets, torch.tensor(MTP_WEIGHTS), True)
     x2, w2 = (t.detach().double().requires_grad_() for t in (x, w))
-    ref = reference_head_loss(x2, w2, targets)
-    assert abs(loss.item() - ref.item()) < 0.01 * ref.item()
+    ref = reference_head_loss(x2, w2, targets, MTP_WEIGHTS)
+    next_token = reference_head_loss(x2, w2, targets[:, 0]).item()
+    assert abs(loss.item() - next_token) < 0.01 * next_token
     loss.backward()
     ref.backward()
     rel = lambda a, b: ((a.double() - b).norm() / b.norm()).item()  # noqa: E731
