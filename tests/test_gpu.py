@@ -149,13 +149,11 @@ def test_graphed_micro_steps_equal_uncaptured_ones():
         results.append((losses, [(n, p.detach().float()) for n, p in model.named_parameters()]))
     assert len(graphed.graphs.graphs) == 2  # tied and untied
     assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)  # later steps' losses check the updates
-    # weights within 1e-3 of their norm. The padded sequences change FlashAttention's grid and so its rounding,
-    # and Adam turns a difference in a near-zero gradient into a whole update of the other sign: in the bigram
-    # table (lr_mul 75, each row seen a few times) graphed and uncaptured steps differed by 0.2 % and 1.2 % of
-    # the distance the four steps moved it (two runs on an H100). For Adam's tables with such a rate, the
-    # bound is 5 % of that distance: an update lost or applied twice would be far more.
+    # Weights are compared with the distance the four steps moved them. The kernels are not deterministic
+    # (FlashAttention's backward, the embeddings' scatter-adds), and Polar Express and Adam turn rounding in
+    # weak gradient directions into whole updates: on an H100 two uncaptured runs differed by up to 3.6 % of
+    # that distance (attention's qkv), graphed and uncaptured by up to 9.5 % (the padded sequences change
+    # FlashAttention's grid and so its rounding). A step lost or applied twice moves a weight by about a
+    # quarter of the four steps' distance, so the bound is 15 %.
     for (name, a), (_, b) in zip(results[0][1], results[1][1]):
-        config = tg.param_config(name)
-        fast_table = config.optimizer == "adam" and config.lr_mul > 10
-        bound = 0.05 * (b - start[name]).norm() if fast_table else 1e-3 * b.norm()
-        assert (a - b).norm() <= bound, name
+        assert (a - b).norm() <= 0.15 * (b - start[name]).norm(), name
