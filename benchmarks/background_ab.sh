@@ -44,6 +44,11 @@ case "${1:-}" in
     echo finished >> "$RESULTS/progress"
     ;;
   collect)
+    if [ ! -f "$RESULTS/progress" ]; then
+      # a fresh machine: the one that ran `start` went back (idle or 30 minutes held) with its results
+      echo "error: no $RESULTS/progress here; this machine never ran 'start'" >&2
+      exit 1
+    fi
     for _ in $(seq 1 "${2:-500}"); do
       grep -q finished "$RESULTS/progress" 2>/dev/null && break
       sleep 1
