@@ -9,13 +9,15 @@ time (the mean of the two steps' medians), the GPU kernel time by kind (matmuls,
 and the exposed communication: the time during which an NCCL kernel ran and no other kernel did, the part
 of communication that the step waits for. NCCL kernels also count the time they spend waiting for the
 slowest rank, so their own total overstates the transfers; the exposed time is the figure to report, as a
-share of the step (rank 0's, min and max over ranks). Rank 0's trace of the last stage goes to
-traces/step_profile.json (open it in Perfetto).
+share of the step (rank 0's, min and max over ranks). Then the `--top` kernels of the last stage outside
+matmuls, attention and NCCL, by their time per step, as a list of what "other" holds. Rank 0's trace of the
+last stage goes to traces/step_profile.json (open it in Perfetto).
 """
 import argparse
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -89,8 +91,9 @@ def mean_of_medians(times):
 
 
 def profile_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, steps, device):
-    """Step time (ms: the mean of each step's median), kernel time by kind (ms per step) and exposed
-    communication (ms per step)."""
+    """Step time (ms: the mean of each step's median), kernel time by kind (ms per step), exposed
+    communication (ms per step), the GPU's busy time (ms per step) and the "other" kernels' time by name
+    (ms per step, and launches per step)."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         times, _ = run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, steps)
@@ -103,13 +106,20 @@ def profile_steps(model, loader, shape, adam, normuon, step_numbers, args, world
     exposed = exposed_time([(s, e) for k, s, e in kernels if k == "nccl"],
                            [(s, e) for k, s, e in kernels if k != "nccl"]) / 1000 / profiled
     busy = sum(end - start for start, end in merge([(s, e) for _, s, e in kernels])) / 1000 / profiled
-    return mean_of_medians(times), by_kind, exposed, busy, prof
+    other_time, other_launches = Counter(), Counter()
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA and kernel_kind(e.name) == "other":
+            other_time[e.name] += (e.time_range.end - e.time_range.start) / 1000 / profiled
+            other_launches[e.name] += 1 / profiled
+    others = [(name, ms, other_launches[name]) for name, ms in other_time.most_common()]
+    return mean_of_medians(times), by_kind, exposed, busy, others, prof
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=3, help="profiled repetitions of each measured step")
     parser.add_argument("--warmup", type=int, default=3, help="repetitions of each measured step before profiling")
+    parser.add_argument("--top", type=int, default=20, help="the last stage's largest other kernels to list")
     own, flags = parser.parse_known_args()
     args = tg.parse_args(flags)
     rank, world_size, device = tg.init_process()
@@ -123,8 +133,9 @@ def main():
     for i, step_numbers in stage_steps(args):
         shape = tg.train_shape(args, world_size, tg.TRAINING_STAGES[i])
         _, queued = run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, own.warmup)
-        median, by_kind, exposed, busy, prof = profile_steps(model, loader, shape, adam, normuon, step_numbers, args,
-                                                       world_size, own.steps, device)
+        median, by_kind, exposed, busy, others, prof = profile_steps(model, loader, shape, adam, normuon,
+                                                                     step_numbers, args, world_size, own.steps,
+                                                                     device)
         shares = [exposed / median]
         if world_size > 1:
             shares = [None] * world_size
@@ -146,6 +157,12 @@ def main():
             kinds = " | ".join(f"{by_kind[k]:.1f}" for k in ("matmul", "attention", "nccl", "other"))
             print(f"| {i} | {windows} | {median:.1f} ms | {host:.1f} ms | {busy:.1f} ms | {kinds} | {exposed:.1f} "
                   f"ms | {shares[0]:.1%}, {min(shares):.1%}–{max(shares):.1%} |")
+        print(f"\nstage {rows[-1][0]}: the {own.top} largest of {len(others)} other kernels, "
+              f"{sum(ms for _, ms, _ in others):.1f} ms per step in all")
+        print("| kernel | ms per step | launches per step |")
+        print("|---|---:|---:|")
+        for name, ms, launches in others[: own.top]:
+            print(f"| `{name[:100]}` | {ms:.2f} | {launches:.0f} |")
     if world_size > 1:
         dist.destroy_process_group()
 
