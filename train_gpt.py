@@ -1542,20 +1542,24 @@ def train_shape(args, world_size, stage):
     return BatchShape(int(micro), stage.max_seq_len, int(batch // (world_size * micro)))
 
 
-def train(args, rank, world_size, device, log):
+def train(args, rank, world_size, device, log, startup):
+    """The run: start-up (its phases' seconds added to `startup`), training, validation, the final lines."""
     cuda = device.type == "cuda"
     shapes = [train_shape(args, world_size, stage) for stage in TRAINING_STAGES]  # every stage's sizes checked now
     val_shape = BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
-    startup = {"imports": time.perf_counter() - PROCESS_START}
 
     clock = time.perf_counter()
     if cuda and args.compile_cache:
         load_compile_cache(args.compile_cache, log)
+        startup["compile cache"] = time.perf_counter() - clock
+    clock = time.perf_counter()
     model = build_model(args, device, world_size)
+    startup["model"] = time.perf_counter() - clock
+    clock = time.perf_counter()
     train_source = TrainSource(args.train_files, rank, world_size, args.repeat_train_files, pin_memory=cuda)
     val_source = ValSource(args.val_files, args.val_tokens, args.val_seq_tokens, rank, world_size)
     train_loader, val_loader = PrefetchLoader(train_source, device), PrefetchLoader(val_source, device)
-    startup["model and data"] = time.perf_counter() - clock
+    startup["data"] = time.perf_counter() - clock
 
     def step_batch(step):
         return train_loader.send(shapes[stage_index(step, args)])
@@ -1666,12 +1670,15 @@ def main(argv):
     status 1; any other exception keeps its traceback."""
     log = None
     try:
+        startup = {"imports": time.perf_counter() - PROCESS_START}
+        clock = time.perf_counter()
         args = parse_args(argv)
         rank, world_size, device = init_process()
         run_id = f"{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
         log = RunLog(Path("logs") / f"{run_id}.txt" if rank == 0 else None)
         write_log_header(log, run_id, args, world_size, device)
-        train(args, rank, world_size, device, log)
+        startup["device and log header"] = time.perf_counter() - clock
+        train(args, rank, world_size, device, log, startup)
     except UserError as error:
         if log is not None:
             log(f"error: {error}", echo=False)

@@ -15,9 +15,9 @@ with `--compile_cache DIR`.
 
 Each run is `--steps` steps long: --scheduled_steps STEPS --extension_steps 0, so the stages are those of the
 record scaled to it, and the warm-up compiles every stage's shapes as the record's does. Prints a table: the
-start-up split from each run's log (imports, model and data, the warm-up of each stage, validation warm-up,
-total), the median step time over the steps after the first five, the median ratio of those steps to the
-cold run's same steps, and the final val loss.
+start-up split from each run's log (imports, device and log header, compile cache, model, data, the warm-up of
+each stage, validation warm-up, total), the median step time over the steps after the first five, the median
+ratio of those steps to the cold run's same steps, and the final val loss.
 """
 import argparse
 import os

@@ -159,3 +159,19 @@ def test_warm_up_leaves_no_trace_in_the_run(workdir, monkeypatch):
     assert steps[:9] == [0, 1, 2, 8, 9, 10, 16, 17, 18] and steps[9:] == list(range(26))
     assert seen[8][2]  # the warm-up's last step left Adam's gradients behind
     assert seen[9][1] == (True, [])  # the run's first step: tied, no gradient
+
+
+def test_startup_line_splits_the_start_up_into_phases_that_add_up(workdir):
+    """The start-up line names each phase once, in order, and the phases cover the total: time that no phase
+    counts would be time nobody can attribute."""
+    assert tg.main(QUICK + ["--warmup_steps", "1", "--scheduled_steps", "6", "--extension_steps", "0"]) == 0
+    (log,) = Path("logs").glob("*.txt")
+    (line,) = [line for line in log.read_text().splitlines() if line.startswith("startup: ")]
+    phases = [phase.rsplit(" ", 1) for phase in line.removeprefix("startup: ").split(", ")]
+    names = [name for name, _ in phases]
+    # no compile cache on the CPU
+    assert names == ["imports", "device and log header", "model", "data", "warm-up stage 0", "warm-up stage 1",
+                     "warm-up stage 2", "validation warm-up", "total"]
+    seconds = [float(value.removesuffix("s")) for _, value in phases]
+    *parts, total = seconds
+    assert sum(parts) - 0.05 * len(parts) <= total <= sum(parts) + 0.1 * total + 0.5
