@@ -97,20 +97,19 @@ def profile_steps(model, loader, shape, adam, normuon, step_numbers, args, world
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         times, _ = run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, steps)
-    kernels = [(kernel_kind(e.name), e.time_range.start, e.time_range.end) for e in prof.events()
-               if e.device_type == DeviceType.CUDA]
+    events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    kernels = [(kernel_kind(e.name), e.time_range.start, e.time_range.end) for e in events]
     profiled = steps * len(step_numbers)
     by_kind = {kind: 0.0 for kind in ("matmul", "attention", "nccl", "other")}
-    for kind, start, end in kernels:
+    other_time, other_launches = Counter(), Counter()
+    for e, (kind, start, end) in zip(events, kernels):
         by_kind[kind] += (end - start) / 1000 / profiled
+        if kind == "other":
+            other_time[e.name] += (end - start) / 1000 / profiled
+            other_launches[e.name] += 1 / profiled
     exposed = exposed_time([(s, e) for k, s, e in kernels if k == "nccl"],
                            [(s, e) for k, s, e in kernels if k != "nccl"]) / 1000 / profiled
     busy = sum(end - start for start, end in merge([(s, e) for _, s, e in kernels])) / 1000 / profiled
-    other_time, other_launches = Counter(), Counter()
-    for e in prof.events():
-        if e.device_type == DeviceType.CUDA and kernel_kind(e.name) == "other":
-            other_time[e.name] += (e.time_range.end - e.time_range.start) / 1000 / profiled
-            other_launches[e.name] += 1 / profiled
     others = [(name, ms, other_launches[name]) for name, ms in other_time.most_common()]
     return mean_of_medians(times), by_kind, exposed, busy, others, prof
 
