@@ -1485,7 +1485,7 @@ class MicroStepGraphs:
 def train_step(model, micro_batches, adam, normuon, step, args, world_size):
     """One optimizer step over a step's micro-batches; returns the mean loss per token (a device scalar).
     Adam steps on odd steps only, on the gradients of two steps."""
-    if step == untie_step(args) + 1:
+    if step > untie_step(args) and adam.late is not None:  # the first untied step (benchmarks skip steps)
         adam.untie(model.head.weight)  # the embedding, Adam's late parameter, starts as the head's copy
     model.tied = step <= untie_step(args)
     weights = mtp_weights(step, args)

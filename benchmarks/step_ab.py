@@ -30,8 +30,7 @@ WARMUP_STEPS = 4
 def stage_steps(tg, args):
     """(stage index, its first two steps) for each stage that has training steps: Adam steps on odd steps
     only, so a stage's step costs the mean of an even and an odd one (a one-step stage has only its one).
-    Where a stage's second step is the one after untie_step, it unties the embedding again each time it
-    runs: a copy of one matrix and its moments, small against a step."""
+    The first of them past untie_step unties the embedding, once."""
     starts = tg.stage_starts(args)
     ends = starts[1:] + [tg.total_steps(args)]
     return [(i, list(range(start, min(start + 2, end)))) for i, (start, end) in enumerate(zip(starts, ends))

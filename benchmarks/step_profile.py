@@ -28,6 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import train_gpt as tg  # noqa: E402
+from benchmarks.step_ab import stage_steps  # noqa: E402
 
 
 def kernel_kind(name):
@@ -61,15 +62,6 @@ def exposed_time(communication, compute):
         for b_start, b_end in busy:  # subtract the overlap with every compute interval
             total -= max(0.0, min(end, b_end) - max(start, b_start))
     return total
-
-
-def stage_steps(args):
-    """(stage index, its first two steps) for each stage that has training steps: Adam steps on odd steps
-    only, so a stage's step costs the mean of an even and an odd one (a one-step stage has only its one)."""
-    starts = tg.stage_starts(args)
-    ends = starts[1:] + [tg.total_steps(args)]
-    return [(i, list(range(start, min(start + 2, end)))) for i, (start, end) in enumerate(zip(starts, ends))
-            if start < end]
 
 
 def run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, repeats):
@@ -129,7 +121,7 @@ def main():
     adam, normuon = tg.make_optimizers(model, args, world_size)
 
     rows = []
-    for i, step_numbers in stage_steps(args):
+    for i, step_numbers in stage_steps(tg, args):
         shape = tg.train_shape(args, world_size, tg.TRAINING_STAGES[i])
         _, queued = run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, own.warmup)
         median, by_kind, exposed, busy, others, prof = profile_steps(model, loader, shape, adam, normuon,

@@ -585,6 +585,24 @@ def test_train_steps_across_the_untie_hand_the_head_over_to_the_embedding():
     assert not torch.equal(model.embed.weight, model.head.weight)
 
 
+def test_steps_run_out_of_order_as_the_benchmarks_do_untie_once():
+    """step_ab.py and step_profile.py skip from a stage's first steps to the next's and repeat them: the first
+    step past the untie step unties (even if it is not the one right after), and a repeat does not untie again."""
+    args = tg.parse_args(["--smoke", "--scheduled_steps", "8", "--extension_steps", "0", "--untie_frac", "0.5"])
+    assert tg.untie_step(args) == 5
+    model = tg.GPT(args, fp8=False)
+    adam, normuon = tg.make_optimizers(model, args, 1)
+    source = tg.TrainSource(args.train_files, 0, 1, repeat=True)
+    steps = [0, 1, 7, 7, 6]
+    shapes = [tg.train_shape(args, 1, tg.TRAINING_STAGES[tg.stage_index(s, args)]) for s in steps]
+    for step, batch in zip(steps, tg.synchronous_batches(source, shapes)):
+        tg.train_step(model, batch, adam, normuon, step, args, 1)
+        assert model.tied == (step <= 5) and (adam.late is None) == (step > 5)
+    (group,) = (g for g in adam.param_groups if any(p is model.embed.weight for p in g["params"]))
+    assert sum(p is model.embed.weight for p in group["params"]) == 1
+
+
+
 # ----------------------------------------------------------------------------------------------------
 # The CPU smoke run
 
