@@ -59,7 +59,7 @@ class Hyperparameters:
     micro_batch_tokens: int = 48 * 1024  # tokens per forward pass on one GPU in the last stage
     # model
     vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 128
-    num_layers: int = 12  # transformer blocks
+    num_layers: int = 11  # transformer blocks
     model_dim: int = 768  # width of the residual stream
     head_dim: int = 128  # width of one attention head
     # schedules (TRAINING_STAGES below; every schedule is a function of progress through scheduled_steps)
