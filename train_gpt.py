@@ -57,6 +57,7 @@ class Hyperparameters:
     val_seq_tokens: int = 64 * 1024  # tokens per validation forward pass
     batch_tokens: int = 8 * 48 * 1024  # tokens per optimizer step in the last stage, over all GPUs
     micro_batch_tokens: int = 48 * 1024  # tokens per forward pass on one GPU in the last stage
+    prefix_table: str = "data/gpt2_prefix_tokens.npy"  # each token's longest prefix token (the prefix loss)
     # model
     vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 128
     num_layers: int = 11  # transformer blocks
@@ -100,14 +101,16 @@ class Stage:
     lr_mul: float  # learning-rate multiplier (the cool-down leads from it to final_lr_frac)
     mtp: tuple  # multi-token prediction: per target (the next token, the one after, ...) its loss weight
     # at the stage's start and at its end, linear in between
+    prefix: tuple = (0, 0)  # the prefix-token loss's weight at the stage's start and end; (0, 0): no such term
 
 
 # The public speedrun's staged schedule (record #89): small batches, short sequences and short windows first.
 # The last row is the extension after scheduled_steps; the final validation sees longer windows still.
 TRAINING_STAGES = (
     Stage(end=1 / 3, batch=Fraction(1, 3), max_seq_len=896, windows=(1, 3), lr_mul=1.0,
-          mtp=((1, 1), (0.5, 0.5), (0.25, 0))),
-    Stage(end=2 / 3, batch=Fraction(2, 3), max_seq_len=2048, windows=(3, 7), lr_mul=1.52, mtp=((1, 1), (0.5, 0))),
+          mtp=((1, 1), (0.5, 0.5), (0.25, 0)), prefix=(0.25, 0.25)),
+    Stage(end=2 / 3, batch=Fraction(2, 3), max_seq_len=2048, windows=(3, 7), lr_mul=1.52, mtp=((1, 1), (0.5, 0)),
+          prefix=(0.25, 0)),
     Stage(end=1.0, batch=Fraction(1), max_seq_len=2048, windows=(5, 11), lr_mul=1.73, mtp=((1, 1),)),
     Stage(end=math.inf, batch=Fraction(1), max_seq_len=2048, windows=(6, 13), lr_mul=1.73, mtp=((1, 1),)),
 )
@@ -193,8 +196,8 @@ def softcap(logits):
 
 
 def softcapped_cross_entropy(logits, targets, weights):
-    """Multi-token prediction from soft-capped logits: row i is scored against the targets targets[i, k]
-    (the token k + 1 places on; -1 where the micro-batch has none) with the loss weights weights[k].
+    """Several targets per row from soft-capped logits: row i is scored against targets[i, k] (see Head:
+    tokens further on, the next token's prefix token; -1 for none) with the loss weights weights[k].
     Returns the summed next-token cross-entropy (targets[:, 0], the loss to report) and the gradient of the
     whole weighted objective, sum_k weights[k] * CE(targets[:, k]), with respect to the raw logits, in
     float32. The FP8 head (Hopper) uses the Triton kernel below instead; this is the path without FP8
@@ -310,10 +313,10 @@ class HeadLoss(torch.autograd.Function):
 
     With fp8 (Hopper), both matmuls run in float8: x and w in e4m3, the gradient in e5m2, at fixed
     scales, which cost no extra pass over the data. They fit here: x is RMS-normalised, so
-    |x| <= sqrt(model_dim); the gradient of a logit lies within the sum of the loss weights (1.75 at most:
-    multi-token prediction, see Head) of 0, far inside e5m2's range at that scale; and the head's weights start at
-    0.005 std, far below 448 * HEAD_W_SCALE = 0.875 (not checked during training: a larger weight would
-    saturate at that value, not overflow).
+    |x| <= sqrt(model_dim); the gradient of a logit lies within the sum of the loss weights (2 at most, see
+    Head) of 0, far inside e5m2's range at that scale; and the head's weights start at 0.005 std, far
+    below 448 * HEAD_W_SCALE = 0.875 (not checked during training: a larger weight would saturate at that
+    value, not overflow).
     """
 
     @staticmethod
@@ -550,28 +553,49 @@ class Block(nn.Module):
             setattr(self, part, torch.compile(getattr(self, part), dynamic=False))
 
 
+def load_prefix_table(path, vocab_size):
+    """The prefix-token loss's table (see Head; data/gpt2_prefix_table.py builds it from GPT-2's vocabulary),
+    padded with -1 (no prefix) to vocab_size."""
+    try:
+        table = np.load(path)
+    except (OSError, ValueError) as error:
+        raise UserError(f"{path}: cannot read the prefix table ({error}); pass --prefix_table, or build it with "
+                        f"data/gpt2_prefix_table.py") from None
+    if table.ndim != 1 or table.dtype != np.int32 or len(table) > vocab_size or not (
+            -1 <= table.min() and table.max() < len(table)):
+        raise UserError(f"{path}: not a prefix table (int32 token ids or -1, at most --vocab_size {vocab_size})")
+    return torch.from_numpy(np.pad(table, (0, vocab_size - len(table)), constant_values=-1))
+
+
 class Head(nn.Module):
     """Logits of the normalised input, soft-capped to (0, SOFTCAP), and the summed cross-entropy; FP8 matmuls on
     Hopper. Its weight starts small, not zero: it is also the embedding until the two are untied.
 
-    In training, the gradient is that of multi-token prediction (the public record's #53): the same logits
-    also score the tokens 2, 3, ... places on, mtp_terms targets in all, with the step's loss weights in
-    mtp_weights (set by train_step, on the device so that CUDA graphs read them). Targets run on across
-    documents; past the micro-batch's end there are none. The loss returned is the next-token term alone."""
+    In training, the gradient is that of a weighted sum of losses of the same logits: multi-token prediction
+    (the public record's #53) scores them against the next token and the tokens 2, 3, ... places on,
+    mtp_terms targets in all (they run on across documents; past the micro-batch's end there are none); with
+    prefix_term, also against the next token's prefix token (#88: the token of the longest proper prefix of
+    its bytes, from prefix_tokens; none for one-byte tokens). The step's weights are in loss_weights, in
+    that order (set by train_step, on the device so that CUDA graphs read them). The loss returned is the
+    next-token term alone."""
 
-    def __init__(self, dim, vocab_size, fp8):
+    def __init__(self, dim, vocab_size, fp8, prefix_tokens):
         super().__init__()
         self.weight = nn.Parameter(0.005 * torch.randn(vocab_size, dim))
         self.fp8 = fp8
-        self.mtp_terms = 1
-        self.register_buffer("mtp_weights", torch.ones(max(len(stage.mtp) for stage in TRAINING_STAGES)),
-                             persistent=False)
+        self.mtp_terms, self.prefix_term = 1, False
+        self.register_buffer("prefix_tokens", prefix_tokens.to(self.weight.device), persistent=False)
+        most = max(len(stage.mtp) + (stage.prefix != (0, 0)) for stage in TRAINING_STAGES)
+        self.register_buffer("loss_weights", torch.ones(most), persistent=False)
 
     def forward(self, x, targets):
         x = rms_norm(x)
         if torch.is_grad_enabled():
-            targets = torch.stack([F.pad(targets[k:], (0, k), value=-1) for k in range(self.mtp_terms)], dim=1)
-            return HeadLoss.apply(x, self.weight, targets, self.mtp_weights[: self.mtp_terms], self.fp8)
+            columns = [F.pad(targets[k:], (0, k), value=-1) for k in range(self.mtp_terms)]
+            if self.prefix_term:
+                columns.append(self.prefix_tokens[targets.long()])
+            weights = self.loss_weights[: len(columns)]
+            return HeadLoss.apply(x, self.weight, torch.stack(columns, dim=1), weights, self.fp8)
         # validation: no gradient to compute, and no FP8: the loss of the logits as they are in bf16
         logits = F.linear(x, self.weight.type_as(x)).float()
         return F.cross_entropy(softcap(logits), targets.long(), reduction="sum")
@@ -604,7 +628,7 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(dim, args.head_dim, self.rotary, attention=i != L // 2 + 1,
                                           long_window=i in self.long_layers) for i in range(L))
         self.skip_weights = nn.Parameter(torch.ones(L // 2))  # U-net: layer i feeds layer L-1-i
-        self.head = Head(dim, args.vocab_size, fp8)
+        self.head = Head(dim, args.vocab_size, fp8, load_prefix_table(args.prefix_table, args.vocab_size))
 
     def layer_windows(self, windows):
         """Each layer's window; windows: (short, long) in tokens."""
@@ -917,13 +941,16 @@ def yarn_windows(step, args):
     return tuple(WINDOW_BLOCK * stage.windows[1] for stage in TRAINING_STAGES[: index + 1])
 
 
-def mtp_weights(step, args):
-    """The loss weights of the next token and those after it (multi-token prediction), from the stage's mtp
-    column: linear from its start to its end over the stage's steps; the extension holds its row's start."""
+def loss_weights(step, args):
+    """The head's loss weights (see Head) as (those of the next token and the ones after it, that of the
+    prefix token or None where the stage has no such term), from the stage's mtp and prefix columns: linear
+    from its start to its end over the stage's steps; the extension holds its row's start."""
     i = stage_index(step, args)
     starts = stage_starts(args) + [total_steps(args)]
     t = (step - starts[i]) / (starts[i + 1] - starts[i]) if i + 1 < len(TRAINING_STAGES) else 0.0
-    return tuple(a + (b - a) * t for a, b in TRAINING_STAGES[i].mtp)
+    stage = TRAINING_STAGES[i]
+    prefix = stage.prefix[0] + (stage.prefix[1] - stage.prefix[0]) * t if stage.prefix != (0, 0) else None
+    return tuple(a + (b - a) * t for a, b in stage.mtp), prefix
 
 
 def untie_step(args):
@@ -1364,6 +1391,9 @@ def write_log_header(log, run_id, args, world_size, device):
         log(line, echo=False)
     log("==== end source ====", echo=False)
     log(f"hyperparameters: {json.dumps(dataclasses.asdict(args))}")
+    prefix_table = Path(args.prefix_table)  # a data file, so the source alone does not fix it
+    log(f"prefix_table_sha256: {hashlib.sha256(prefix_table.read_bytes()).hexdigest()}" if prefix_table.is_file()
+        else f"prefix_table_sha256: none, {prefix_table} is missing")
     log(f"environment: {environment(world_size, device)}")
     log("==== nvidia-smi ====", echo=False)
     log(nvidia_smi(), echo=False)
@@ -1443,7 +1473,7 @@ class MicroStepGraphs:
     took longer to queue a micro-batch's ~1,000 kernels than the GPU took to run them (docs/performance.md).
 
     One graph per micro-batch size, longest sequence (it sets FlashAttention's grid), windows, tie state and
-    number of prediction targets.
+    the head's loss terms.
     A key's first micro-batch runs uncaptured (it compiles the regions), its second is captured. A replay
     reads the micro-batch from static buffers, its cu_seqlens padded with empty sequences to one sequence
     per GRAPH_TOKENS_PER_SEQ tokens; a micro-batch with more sequences runs uncaptured. The graphs add into the
@@ -1455,7 +1485,8 @@ class MicroStepGraphs:
 
     def __call__(self, micro, windows):
         tokens, n = micro.inputs.numel(), micro.seqs.cu_seqlens.numel() - 1
-        key = (tokens, micro.seqs.max_len, windows, self.model.tied, self.model.head.mtp_terms)
+        head = self.model.head
+        key = (tokens, micro.seqs.max_len, windows, self.model.tied, head.mtp_terms, head.prefix_term)
         if n > tokens // GRAPH_TOKENS_PER_SEQ or (key not in self.graphs and key not in self.seen):
             self.seen.add(key)
             return forward_backward(self.model, micro, windows)
@@ -1488,10 +1519,10 @@ def train_step(model, micro_batches, adam, normuon, step, args, world_size):
     if step > untie_step(args) and adam.late is not None:  # the first untied step (benchmarks skip steps)
         adam.untie(model.head.weight)  # the embedding, Adam's late parameter, starts as the head's copy
     model.tied = step <= untie_step(args)
-    weights = mtp_weights(step, args)
-    model.head.mtp_terms = len(weights)
-    for k, weight in enumerate(weights):
-        model.head.mtp_weights[k].fill_(weight)  # a fill, not a copy from the host: a copy would wait for the GPU
+    mtp, prefix = loss_weights(step, args)
+    model.head.mtp_terms, model.head.prefix_term = len(mtp), prefix is not None
+    for k, weight in enumerate(mtp + ((prefix,) if prefix is not None else ())):
+        model.head.loss_weights[k].fill_(weight)  # a fill, not a copy from the host: a copy would wait for the GPU
     model.rotary.stretch(yarn_windows(step, args))
     windows = attention_windows(step, args)
     loss = torch.zeros((), device=micro_batches[0].inputs.device)

@@ -28,16 +28,21 @@ def test_varlen_attention_matches_dense(window):
         assert rel_error(a, b) < 2e-2
 
 
-@pytest.mark.parametrize("terms", [1, 3])
+@pytest.mark.parametrize("terms", [1, 3, 4])
 def test_cross_entropy_kernel_equals_reference_formula(terms):
     """The Triton kernel against softcapped_cross_entropy cast to e5m2 by torch, on a row count that is no
-    multiple of the kernel's tile, with one target per row or three (the last rows without some): the same
-    loss, the same e5m2 bytes but for rounding edges, an exact transpose."""
+    multiple of the kernel's tile, with one target per row, three (the last rows without some), or those and
+    a prefix-token column (none in scattered rows): the same loss, the same e5m2 bytes but for rounding
+    edges, an exact transpose."""
     torch.manual_seed(0)
     logits = (4 * torch.randn(1000 + tg.CE_ROWS // 2, 50304, device="cuda")).bfloat16()
     nxt = torch.randint(0, 50304, (logits.size(0),), device="cuda", dtype=torch.int32)
-    targets = torch.stack([F.pad(nxt[k:], (0, k), value=-1) for k in range(terms)], dim=1)
-    weights = torch.tensor([1.0, 0.5, 0.25][:terms], device="cuda")
+    columns = [F.pad(nxt[k:], (0, k), value=-1) for k in range(min(terms, 3))]
+    if terms == 4:
+        prefix_tokens = tg.load_prefix_table("data/gpt2_prefix_tokens.npy", 50304).cuda()
+        columns.append(prefix_tokens[nxt.long()])
+    targets = torch.stack(columns, dim=1)
+    weights = torch.tensor([1.0, 0.5, 0.25, 0.25][:terms], device="cuda")
     loss, grad, grad_t = tg.softcapped_cross_entropy_fp8(logits, targets, weights)
     ref_loss, ref_grad = tg.softcapped_cross_entropy(logits, targets, weights)
     ref_grad = (ref_grad / tg.HEAD_GRAD_SCALE).to(torch.float8_e5m2)

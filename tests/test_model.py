@@ -622,8 +622,10 @@ def check_log_format(lines, run_id, world_size):
     assert hashlib.sha256(source.encode()).hexdigest() == sha and "def main(argv):" in source
     assert lines[end + 1].startswith("hyperparameters: {")
     args = json.loads(lines[end + 1].removeprefix("hyperparameters: "))
-    assert lines[end + 2].startswith("environment: python=") and f"world_size={world_size} " in lines[end + 2]
-    assert lines[end + 3] == "==== nvidia-smi ===="
+    table = Path(args["prefix_table"]).read_bytes()
+    assert lines[end + 2] == f"prefix_table_sha256: {hashlib.sha256(table).hexdigest()}"
+    assert lines[end + 3].startswith("environment: python=") and f"world_size={world_size} " in lines[end + 3]
+    assert lines[end + 4] == "==== nvidia-smi ===="
     rest = lines[lines.index("==== end nvidia-smi ====") + 1:]
 
     N, every = args["scheduled_steps"] + args["extension_steps"], args["val_loss_every"]
@@ -773,29 +775,39 @@ def test_head_loss_and_its_gradients_equal_autograd_of_the_formula():
     assert torch.allclose(x1.grad, x2.grad, atol=1e-5) and torch.allclose(w1.grad, w2.grad, atol=1e-5)
 
 
-def test_head_builds_the_later_targets_from_the_next_ones():
-    """Head.forward with three terms: the gradient of the objective on targets shifted within the
-    micro-batch (none past its end), with the weights in its buffer."""
+@pytest.mark.parametrize("prefix_term", [False, True])
+def test_head_builds_the_later_targets_and_the_prefix_targets_from_the_next_ones(prefix_term):
+    """Head.forward with three terms, and the prefix term or not: the gradient of the objective on targets
+    shifted within the micro-batch (none past its end) and on the next tokens' prefix tokens (none for some),
+    with the weights in its buffer."""
     torch.manual_seed(0)
-    head = tg.Head(32, 500, fp8=False).double()
-    head.mtp_terms = 3
-    head.mtp_weights.copy_(torch.tensor(MTP_WEIGHTS))
+    prefix_tokens = torch.randint(0, 500, (500,), dtype=torch.int32)
+    prefix_tokens[::3] = -1  # tokens without a prefix token
+    head = tg.Head(32, 500, fp8=False, prefix_tokens=prefix_tokens).double()
+    head.mtp_terms, head.prefix_term = 3, prefix_term
+    weights = MTP_WEIGHTS + ((0.25,) if prefix_term else ())
+    head.loss_weights[: len(weights)].copy_(torch.tensor(weights))
     x = torch.randn(64, 32, dtype=torch.float64, requires_grad=True)
     targets = mtp_targets(64, 500, 3)
+    if prefix_term:
+        targets = torch.cat([targets, prefix_tokens[targets[:, :1].long()]], dim=1)
+        assert (targets[:, 3] == -1).any() and (targets[:, 3] >= 0).any()
     head(x, targets[:, 0]).backward()
     x2 = x.detach().clone().requires_grad_()
     w2 = head.weight.detach().clone().requires_grad_()
-    reference_head_loss(tg.rms_norm(x2), w2, targets, MTP_WEIGHTS).backward()
+    reference_head_loss(tg.rms_norm(x2), w2, targets, weights).backward()
     assert torch.allclose(x.grad, x2.grad, atol=1e-5) and torch.allclose(head.weight.grad, w2.grad, atol=1e-5)
 
 
-def test_mtp_weights_follow_the_stage_table():
+def test_loss_weights_follow_the_stage_table():
     args = tg.parse_args(["--scheduled_steps", "300", "--extension_steps", "3"])  # stages start at 0, 100, 200
-    assert tg.mtp_weights(0, args) == (1, 0.5, 0.25)
-    assert tg.mtp_weights(50, args) == pytest.approx((1, 0.5, 0.125))
-    assert tg.mtp_weights(100, args) == (1, 0.5)
-    assert tg.mtp_weights(150, args) == pytest.approx((1, 0.25))
-    assert tg.mtp_weights(200, args) == tg.mtp_weights(299, args) == tg.mtp_weights(302, args) == (1,)
+    assert tg.loss_weights(0, args) == ((1, 0.5, 0.25), 0.25)
+    mtp, prefix = tg.loss_weights(50, args)
+    assert mtp == pytest.approx((1, 0.5, 0.125)) and prefix == 0.25
+    assert tg.loss_weights(100, args) == ((1, 0.5), 0.25)
+    mtp, prefix = tg.loss_weights(150, args)
+    assert mtp == pytest.approx((1, 0.25)) and prefix == pytest.approx(0.125)
+    assert tg.loss_weights(200, args) == tg.loss_weights(299, args) == tg.loss_weights(302, args) == ((1,), None)
 
 
 @pytest.mark.parametrize("fp8", [False, True])
