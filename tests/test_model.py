@@ -602,7 +602,6 @@ def test_steps_run_out_of_order_as_the_benchmarks_do_untie_once():
     assert sum(p is model.embed.weight for p in group["params"]) == 1
 
 
-
 # ----------------------------------------------------------------------------------------------------
 # The CPU smoke run
 
