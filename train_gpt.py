@@ -101,16 +101,16 @@ class Stage:
     lr_mul: float  # learning-rate multiplier (the cool-down leads from it to final_lr_frac)
     mtp: tuple  # multi-token prediction: per target (the next token, the one after, ...) its loss weight
     # at the stage's start and at its end, linear in between
-    prefix: tuple = (0, 0)  # the prefix-token loss's weight at the stage's start and end; (0, 0): no such term
+    prefix: tuple = ()  # the prefix-token loss: its weight at the stage's start and end, as in mtp; (): none
 
 
 # The public speedrun's staged schedule (record #89): small batches, short sequences and short windows first.
 # The last row is the extension after scheduled_steps; the final validation sees longer windows still.
 TRAINING_STAGES = (
     Stage(end=1 / 3, batch=Fraction(1, 3), max_seq_len=896, windows=(1, 3), lr_mul=1.0,
-          mtp=((1, 1), (0.5, 0.5), (0.25, 0)), prefix=(0.25, 0.25)),
+          mtp=((1, 1), (0.5, 0.5), (0.25, 0)), prefix=((0.25, 0.25),)),
     Stage(end=2 / 3, batch=Fraction(2, 3), max_seq_len=2048, windows=(3, 7), lr_mul=1.52, mtp=((1, 1), (0.5, 0)),
-          prefix=(0.25, 0)),
+          prefix=((0.25, 0),)),
     Stage(end=1.0, batch=Fraction(1), max_seq_len=2048, windows=(5, 11), lr_mul=1.73, mtp=((1, 1),)),
     Stage(end=math.inf, batch=Fraction(1), max_seq_len=2048, windows=(6, 13), lr_mul=1.73, mtp=((1, 1),)),
 )
@@ -585,7 +585,7 @@ class Head(nn.Module):
         self.fp8 = fp8
         self.mtp_terms, self.prefix_term = 1, False
         self.register_buffer("prefix_tokens", prefix_tokens.to(self.weight.device), persistent=False)
-        most = max(len(stage.mtp) + (stage.prefix != (0, 0)) for stage in TRAINING_STAGES)
+        most = max(len(stage.mtp) + len(stage.prefix) for stage in TRAINING_STAGES)
         self.register_buffer("loss_weights", torch.ones(most), persistent=False)
 
     def forward(self, x, targets):
@@ -943,14 +943,13 @@ def yarn_windows(step, args):
 
 def loss_weights(step, args):
     """The head's loss weights (see Head) as (those of the next token and the ones after it, that of the
-    prefix token or None where the stage has no such term), from the stage's mtp and prefix columns: linear
-    from its start to its end over the stage's steps; the extension holds its row's start."""
+    prefix token: one or none), from the stage's mtp and prefix columns: linear from its start to its end over
+    the stage's steps; the extension holds its row's start."""
     i = stage_index(step, args)
     starts = stage_starts(args) + [total_steps(args)]
     t = (step - starts[i]) / (starts[i + 1] - starts[i]) if i + 1 < len(TRAINING_STAGES) else 0.0
     stage = TRAINING_STAGES[i]
-    prefix = stage.prefix[0] + (stage.prefix[1] - stage.prefix[0]) * t if stage.prefix != (0, 0) else None
-    return tuple(a + (b - a) * t for a, b in stage.mtp), prefix
+    return tuple(tuple(a + (b - a) * t for a, b in column) for column in (stage.mtp, stage.prefix))
 
 
 def untie_step(args):
@@ -1520,8 +1519,8 @@ def train_step(model, micro_batches, adam, normuon, step, args, world_size):
         adam.untie(model.head.weight)  # the embedding, Adam's late parameter, starts as the head's copy
     model.tied = step <= untie_step(args)
     mtp, prefix = loss_weights(step, args)
-    model.head.mtp_terms, model.head.prefix_term = len(mtp), prefix is not None
-    for k, weight in enumerate(mtp + ((prefix,) if prefix is not None else ())):
+    model.head.mtp_terms, model.head.prefix_term = len(mtp), bool(prefix)
+    for k, weight in enumerate(mtp + prefix):
         model.head.loss_weights[k].fill_(weight)  # a fill, not a copy from the host: a copy would wait for the GPU
     model.rotary.stretch(yarn_windows(step, args))
     windows = attention_windows(step, args)

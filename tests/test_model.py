@@ -800,13 +800,13 @@ def test_head_builds_the_later_targets_and_the_prefix_targets_from_the_next_ones
 
 def test_loss_weights_follow_the_stage_table():
     args = tg.parse_args(["--scheduled_steps", "300", "--extension_steps", "3"])  # stages start at 0, 100, 200
-    assert tg.loss_weights(0, args) == ((1, 0.5, 0.25), 0.25)
+    assert tg.loss_weights(0, args) == ((1, 0.5, 0.25), (0.25,))
     mtp, prefix = tg.loss_weights(50, args)
-    assert mtp == pytest.approx((1, 0.5, 0.125)) and prefix == 0.25
-    assert tg.loss_weights(100, args) == ((1, 0.5), 0.25)
+    assert mtp == pytest.approx((1, 0.5, 0.125)) and prefix == (0.25,)
+    assert tg.loss_weights(100, args) == ((1, 0.5), (0.25,))
     mtp, prefix = tg.loss_weights(150, args)
-    assert mtp == pytest.approx((1, 0.25)) and prefix == pytest.approx(0.125)
-    assert tg.loss_weights(200, args) == tg.loss_weights(299, args) == tg.loss_weights(302, args) == ((1,), None)
+    assert mtp == pytest.approx((1, 0.25)) and prefix == pytest.approx((0.125,))
+    assert tg.loss_weights(200, args) == tg.loss_weights(299, args) == tg.loss_weights(302, args) == ((1,), ())
 
 
 @pytest.mark.parametrize("fp8", [False, True])
