@@ -470,6 +470,7 @@ class Attention(nn.Module):
         self.rotary = rotary
         self.value_mix = nn.Parameter(torch.tensor([0.5, 0.5]))  # own values vs. value embedding
         self.gate = CastedLinear(12, self.num_heads, zero_init=True)  # per-head output gate from x[:12]
+        self.xsa = nn.Parameter(torch.zeros(self.num_heads))  # exclusive self-attention per head, tanh'd: 0 is off
         self.out = CastedLinear(dim, dim, zero_init=True)
 
     def project(self, x, value_embed):
@@ -486,8 +487,13 @@ class Attention(nn.Module):
             v = v + self.value_mix[1] * value_embed.view_as(v)
         return q, k, v
 
-    def finish(self, x, y):
-        """The gated, projected output, from the normalised input x and the attention output y."""
+    def finish(self, x, y, v):
+        """The gated, projected output, from the normalised input x, the attention output y and the values v.
+        Exclusive self-attention (public record #82): each head's output loses tanh(xsa) of its component along
+        the token's own value, which the residual stream carries already."""
+        yf, vf = y.float(), v.float()
+        along = (yf * vf).sum(-1, keepdim=True) / (vf * vf).sum(-1, keepdim=True).clamp_min(1e-8)
+        y = (yf - torch.tanh(self.xsa).unsqueeze(-1) * along * vf).type_as(y)
         y = y * torch.sigmoid(self.gate(x[:, :12])).unsqueeze(-1)
         return self.out(y.flatten(1))
 
@@ -520,15 +526,15 @@ class Block(nn.Module):
             return self.mix_and_mlp(x, x0, skip)
         x, normed, q, k, v = self.before_attention(x, x0, value_embed, skip)
         y = attention(q, k, v, seqs, window, self.attn.rotary.scale)
-        return self.after_attention(x, normed, y, *(bigram or ()))
+        return self.after_attention(x, normed, y, v, *(bigram or ()))
 
     def before_attention(self, x, x0, value_embed, skip):
         x = self.mix(x, x0, skip)
         normed = rms_norm(x)
         return x, normed, *self.attn.project(normed, value_embed)
 
-    def after_attention(self, x, normed, y, bigram=None, weight=None):
-        x = x + self.attn.finish(normed, y)
+    def after_attention(self, x, normed, y, v, bigram=None, weight=None):
+        x = x + self.attn.finish(normed, y, v)
         if bigram is not None:
             x = x + weight * bigram
         return self.add_mlp(x)

@@ -873,6 +873,28 @@ def test_key_offset_takes_the_position_free_dimensions_from_the_previous_token()
     assert torch.equal(k_off[1:, :, still], k[:-1, :, still]) and torch.equal(k_off[0], k[0])
 
 
+def test_exclusive_self_attention_removes_each_heads_component_along_its_own_value():
+    """xsa = 0 leaves the output as it was but learns (tanh' is 1 there); otherwise each head's output loses
+    tanh(xsa) of its projection on the token's own value, and with tanh(xsa) = 1 it is orthogonal to it."""
+    torch.manual_seed(0)
+    attn = tg.Attention(64, 32, tg.Rotary(32, max_len=8))
+    with torch.no_grad():
+        attn.out.weight.copy_(torch.eye(64))  # the output is then half (sigmoid(0)) of the gated y, flattened
+    x, y, v = torch.randn(8, 64), torch.randn(8, 2, 32), torch.randn(8, 2, 32)
+    out = attn.finish(x, y, v)
+    assert torch.allclose(out, 0.5 * y.flatten(1))
+    out.square().sum().backward()
+    assert (attn.xsa.grad != 0).all()
+    with torch.no_grad():
+        attn.xsa.copy_(torch.tensor([0.7, 30.0]))  # tanh: 0.604 and 1 (to float precision)
+        out = 2 * attn.finish(x, y, v).view(8, 2, 32)
+    for t in range(8):
+        for h, strength in enumerate(torch.tanh(attn.xsa)):
+            expected = y[t, h] - strength * (y[t, h] @ v[t, h]) / (v[t, h] @ v[t, h]) * v[t, h]
+            assert torch.allclose(out[t, h], expected, atol=1e-5)
+    assert (out[:, 1] * v[:, 1]).sum(-1).abs().max() < 1e-4
+
+
 def test_smear_adds_a_gated_share_of_the_previous_token_and_starts_as_a_no_op():
     torch.manual_seed(0)
     model = tg.GPT(SMOKE, fp8=False)
