@@ -117,6 +117,7 @@ TRAINING_STAGES = (
 FINAL_VALIDATION_WINDOWS = (6, 20)
 WINDOW_BLOCK = 128  # tokens
 BIGRAM_ROWS, BIGRAM_SIGN_ROWS = 50304 * 15 // 2, 8192  # the bigram hash table's rows; its sign patterns
+SAVED_RESIDUAL_READERS = 3  # the last layers' attention reads the residual stream from before them (#73, #77)
 
 
 class UserError(Exception):
@@ -519,18 +520,19 @@ class Block(nn.Module):
         self.attn = Attention(dim, head_dim, rotary, key_offset=long_window) if attention else None
         self.mlp = MLP(dim)
 
-    def forward(self, x, x0, value_embed, skip, bigram, seqs, window):
+    def forward(self, x, x0, value_embed, skip, bigram, seqs, window, attend_from=None):
         """skip: None, or the U-net connection into this layer as (activations, weight); bigram: None, or
-        the bigram embedding and its weight in this layer, added after attention."""
+        the bigram embedding and its weight in this layer, added after attention; attend_from: None, or an
+        earlier residual stream that attention reads instead of this layer's."""
         if self.attn is None:
             return self.mix_and_mlp(x, x0, skip)
-        x, normed, q, k, v = self.before_attention(x, x0, value_embed, skip)
+        x, normed, q, k, v = self.before_attention(x, x0, value_embed, skip, attend_from)
         y = attention(q, k, v, seqs, window, self.attn.rotary.scale)
         return self.after_attention(x, normed, y, v, *(bigram or ()))
 
-    def before_attention(self, x, x0, value_embed, skip):
+    def before_attention(self, x, x0, value_embed, skip, attend_from):
         x = self.mix(x, x0, skip)
-        normed = rms_norm(x)
+        normed = rms_norm(x if attend_from is None else attend_from)
         return x, normed, *self.attn.project(normed, value_embed)
 
     def after_attention(self, x, normed, y, v, bigram=None, weight=None):
@@ -663,13 +665,15 @@ class GPT(nn.Module):
         x0 = rms_norm(self.smear(e))
         bigram = self.bigram(batch)
         x = x0 + self.bigram_weights[0] * bigram
-        skips = []
+        skips, saved = [], None
         for i, (block, window) in enumerate(zip(self.blocks, self.layer_windows(windows))):
             skip = (skips.pop(), self.skip_weights[L - 1 - i]) if i >= L - len(self.skip_weights) else None
             layer_bigram = (bigram, self.bigram_weights[i]) if i > 0 else None
-            x = block(x, x0, value_embeds[i], skip, layer_bigram, batch.seqs, window)
+            x = block(x, x0, value_embeds[i], skip, layer_bigram, batch.seqs, window, saved)
             if i < len(self.skip_weights):
                 skips.append(x)
+            if i == L - SAVED_RESIDUAL_READERS - 1:
+                saved = x
         return self.head(x, batch.targets)
 
 
@@ -1436,9 +1440,10 @@ def save_compile_cache(directory):
 
 
 def compile_regions(model):
-    # A region gets one graph per layer structure, grad mode and batch shape: before_attention has 8 layer
-    # structures (value embeddings, U-net skip, key offset, layers 0 and 6 whose inputs alias), 32 graphs
-    # over a run's three training shapes and the validation one. Past the limit (dynamo's default is 8),
+    # A region gets one graph per layer structure, grad mode and batch shape: before_attention has 9 layer
+    # structures (value embeddings, U-net skip, key offset, saved residual; layers 0, 6 and the first reader
+    # of the saved residual, whose inputs alias), 36 graphs over a run's three training shapes and the
+    # validation one. Past the limit (dynamo's default is 8),
     # the rest would silently run uncompiled.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     for block in model.blocks:

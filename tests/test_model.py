@@ -734,7 +734,7 @@ def test_compiled_regions_compile_each_batch_shape_statically():
     try:
         for tokens in (128, 256, 384, 128):
             x = torch.randn(tokens, 64)
-            block.before_attention(x, x, None, None)
+            block.before_attention(x, x, None, None, None)
         assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 3
     finally:
         torch._dynamo.reset()
@@ -909,6 +909,32 @@ def test_smear_adds_a_gated_share_of_the_previous_token_and_starts_as_a_no_op():
         expected = e[t] if t == 0 else e[t] + 0.7 * torch.sigmoid(e[t, :12] @ w) * e[t - 1]
         assert torch.allclose(out[t], expected, atol=1e-6)
     assert tg.param_config("smear_gate.weight").lr_mul == 0.01 and tg.param_config("smear_lambda").wd_mul == 0
+
+
+def test_the_last_layers_attend_from_the_residual_saved_before_them():
+    """With 8 layers, layers 5-7 get the residual stream after layer 4 to attend from (layer 5 has no
+    attention, so 6 and 7 use it); their queries, keys and values come from it, their residual goes on."""
+    torch.manual_seed(0)
+    model = tg.GPT(tg.parse_args(["--smoke", "--num_layers", "8"]), fp8=False)
+    randomise_zero_initialised(model)
+    seen, outputs = {}, {}
+
+    def record(i):
+        def hook(module, args, out):
+            seen[i], outputs[i] = args[7], out
+        return hook
+
+    for i, block in enumerate(model.blocks):
+        block.register_forward_hook(record(i))
+    inputs = torch.randint(0, 50257, (64,), dtype=torch.int32)
+    model(micro_batch(inputs, inputs, tg.SequenceBoundaries(torch.tensor([0, 64], dtype=torch.int32), 64)), (64, 64))
+    assert all(seen[i] is None for i in range(5)) and all(seen[i] is outputs[4] for i in range(5, 8))
+    block, x, x0, source = model.blocks[7], torch.randn(16, 64), torch.randn(16, 64), torch.randn(16, 64)
+    skip = (torch.randn(16, 64), torch.tensor(0.3))
+    mixed, normed, q, k, v = block.before_attention(x, x0, None, skip, source)
+    assert torch.allclose(mixed, block.mix(x, x0, skip)) and torch.allclose(normed, tg.rms_norm(source))
+    for got, expected in zip((q, k, v), block.attn.project(tg.rms_norm(source), None)):
+        assert torch.equal(got, expected)
 
 
 def test_bigram_embedding_is_the_hashed_row_times_its_sign_pattern_and_starts_at_zero():
