@@ -23,6 +23,8 @@ case "${1:-}" in
     rm -rf "$RESULTS" && mkdir -p "$RESULTS"
     rm -rf "$WORK" && mkdir -p "$WORK/logs"
     cp -r benchmarks data records scratch train_gpt.py .proxy "$WORK/"
+    # there before `start` returns, so that a `collect` in the same command finds it
+    echo "queued $* $(date +%T)" > "$RESULTS/progress"
     # its own session, so that the end of the device call does not end it
     setsid bash "$WORK/benchmarks/background_ab.sh" run "$@" > /dev/null 2>&1 < /dev/null &
     ;;
