@@ -1443,8 +1443,7 @@ def compile_regions(model):
     # A region gets one graph per layer structure, grad mode and batch shape: before_attention has 9 layer
     # structures (value embeddings, U-net skip, key offset, saved residual; layers 0, 6 and the first reader
     # of the saved residual, whose inputs alias), 36 graphs over a run's three training shapes and the
-    # validation one. Past the limit (dynamo's default is 8),
-    # the rest would silently run uncompiled.
+    # validation one. Past the limit (dynamo's default is 8), the rest would silently run uncompiled.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     for block in model.blocks:
         block.compile()
