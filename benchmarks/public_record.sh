@@ -21,20 +21,21 @@ case "${1:-}" in
     extension=${3:-2}
     rm -rf "$DIR" && mkdir -p "$DIR/data/fineweb10B" "$DIR/proxy" "$DIR/logs"
     cp scratch/anchor/* "$DIR/" || { echo "error: scratch/anchor is empty: copy the anchor there first" >&2; exit 1; }
-    for f in .proxy/*.xz; do xz -dc "$f" > "$DIR/proxy/$(basename "${f%.xz}")"; done
-    for i in $(seq 1 12); do
-      ln -s "$DIR/proxy/proxy_train_00000$(( (i - 1) % 3 + 1 )).bin" "$DIR/data/fineweb10B/fineweb_train_$(printf %06d "$i").bin"
-    done
+    # the project's own pieces: the proxy's decompression, the shard reader (it validates) and writer
     python3 - "$DIR" <<'PY'
 import sys
+from pathlib import Path
 import numpy as np
-root = sys.argv[1]
-header = np.fromfile(f"{root}/proxy/proxy_val_000000.bin", dtype=np.int32, count=256)
-tokens = np.fromfile(f"{root}/proxy/proxy_val_000000.bin", dtype=np.uint16, offset=1024)
-assert header[0] == 20240520 and len(tokens) == header[2]
-header[2] *= 2
-with open(f"{root}/data/fineweb10B/fineweb_val_000000.bin", "wb") as f:
-    f.write(header.tobytes() + tokens.tobytes() + tokens.tobytes())
+sys.path[:0] = ["benchmarks", "data", "."]
+from proxy_record import decompress
+from fineweb import write_shard
+from train_gpt import read_shard
+root = Path(sys.argv[1])
+decompress(Path(".proxy"), root / "proxy")
+for i in range(12):  # 4 passes over the 3 train shards: the script has no wrap-around
+    (root / f"data/fineweb10B/fineweb_train_{i + 1:06d}.bin").symlink_to(root / f"proxy/proxy_train_{i % 3 + 1:06d}.bin")
+val = read_shard(root / "proxy/proxy_val_000000.bin").numpy()
+write_shard(root / "data/fineweb10B/fineweb_val_000000.bin", np.concatenate([val, val]))
 PY
     warmup=$(( (300 * scheduled + 635) / 1270 ))
     cooldown=$(( (50 * (scheduled + extension) + 642) / 1285 ))
