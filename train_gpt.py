@@ -359,6 +359,111 @@ def scalar(value, like):
     return torch.tensor(value, dtype=torch.float32, device=like.device)
 
 
+# The fused MLP kernel's tile (rows, columns, reduction), warps, pipeline stages and row-tiles per group: a first
+# guess, not yet timed on a GPU (benchmarks/mlp_kernel.py compares others)
+MLP_TILE = dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=4, GROUP=8)
+
+if triton is not None:
+
+    @triton.jit
+    def relu_square_matmul_kernel(a_ptr, b_ptr, out_ptr, post_ptr, M, stride_bk, stride_bn, N: tl.constexpr,
+                                  K: tl.constexpr, BACKWARD: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                                  BK: tl.constexpr, GROUP: tl.constexpr):
+        """One (BM, BN) tile of a @ b with the MLP's activation applied as the tile is written, so that the
+        4x-wide activation makes no extra round trip through memory. a: (M, K) row-major; b: (K, N) with
+        the given strides; out and post: (M, N) row-major; N and K multiples of BN and BK.
+        Forward: out = relu(a @ b)^2. Backward (a the output's gradient, b the output projection, post the
+        forward's out): out = (a @ b) * 2 sqrt(post), the pre-activation's gradient, as relu = sqrt(post)."""
+        pid = tl.program_id(0)
+        tiles_m, tiles_n = tl.cdiv(M, BM), N // BN
+        # GROUP row-tiles in a row take every column tile in turn: b's columns are reused from L2
+        group_start = pid // (GROUP * tiles_n) * GROUP
+        group_rows = min(tiles_m - group_start, GROUP)
+        tile_m = group_start + pid % group_rows
+        tile_n = pid % (GROUP * tiles_n) // group_rows
+        rows = tile_m * BM + tl.arange(0, BM)
+        cols = tile_n * BN + tl.arange(0, BN)
+        steps = tl.arange(0, BK)
+        row_in = rows[:, None] < M
+        a_tile = a_ptr + rows.to(tl.int64)[:, None] * K + steps[None, :]
+        b_tile = b_ptr + steps[:, None] * stride_bk + cols[None, :] * stride_bn
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for _ in range(0, K, BK):
+            acc = tl.dot(tl.load(a_tile, mask=row_in, other=0.0), tl.load(b_tile), acc)
+            a_tile += BK
+            b_tile += BK * stride_bk
+        out_offsets = rows.to(tl.int64)[:, None] * N + cols[None, :]
+        if BACKWARD:
+            post = tl.load(post_ptr + out_offsets, mask=row_in, other=0.0).to(tl.float32)
+            acc = acc * 2 * tl.sqrt(post)
+        else:
+            acc = tl.maximum(acc, 0.0)
+            acc = acc * acc
+        tl.store(out_ptr + out_offsets, acc.to(out_ptr.dtype.element_ty), mask=row_in)
+
+
+def relu_square_matmul(a, b, post=None):
+    """relu_square_matmul_kernel over the whole product: relu(a @ b)^2, or with post, (a @ b) * 2 sqrt(post)."""
+    (M, K), N = a.shape, b.size(1)
+    out = torch.empty(M, N, dtype=a.dtype, device=a.device)
+    grid = (triton.cdiv(M, MLP_TILE["BM"]) * (N // MLP_TILE["BN"]),)
+    post_or_unused = out if post is None else post  # the forward reads no post: any pointer will do
+    relu_square_matmul_kernel[grid](a.contiguous(), b, out, post_or_unused, M, *b.stride(), N=N, K=K,
+                                    BACKWARD=post is not None, **MLP_TILE)
+    return out
+
+
+def fused_mlp_kernels(a, b):
+    """Whether a @ b (the MLP's) runs on the Triton kernel: bf16 on a GPU, in whole tiles of N and K. Elsewhere
+    (CPU tests, the float32 model of a GPU test, odd widths) the same formulas in PyTorch."""
+    return (triton is not None and a.is_cuda and a.dtype == torch.bfloat16 and a.size(1) % MLP_TILE["BK"] == 0
+            and b.size(1) % MLP_TILE["BN"] == 0)
+
+
+@torch.library.custom_op("train_gpt::relu_square_linear", mutates_args=())
+def relu_square_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """relu(x @ w.T)^2, the MLP's hidden activation. An operator opaque to torch.compile, as the head's."""
+    if not fused_mlp_kernels(x, w.T):
+        return F.relu(F.linear(x, w)).square()
+    return relu_square_matmul(x, w.T)
+
+
+@relu_square_linear.register_fake
+def _(x, w):
+    return x.new_empty(x.size(0), w.size(0))
+
+
+@torch.library.custom_op("train_gpt::relu_square_linear_backward", mutates_args=())
+def relu_square_linear_backward(grad_out: torch.Tensor, w: torch.Tensor, post: torch.Tensor) -> torch.Tensor:
+    """The gradient of relu_square_linear's input product, from the gradient of the output projection
+    grad_out @ w (w: the projection's weight) and the activation post it produced."""
+    if not fused_mlp_kernels(grad_out, w):
+        return (grad_out @ w) * 2 * post.sqrt()
+    return relu_square_matmul(grad_out, w, post)
+
+
+@relu_square_linear_backward.register_fake
+def _(grad_out, w, post):
+    return torch.empty_like(post)
+
+
+class ReluSquareMLP(torch.autograd.Function):
+    """relu(x @ fc.T)^2 @ proj.T, the activation applied inside the matmuls' kernels both ways. What is kept
+    for the backward pass is the activation relu(.)^2 alone: relu(.) is its square root."""
+
+    @staticmethod
+    def forward(ctx, x, fc, proj):
+        post = relu_square_linear(x, fc)
+        ctx.save_for_backward(x, fc, proj, post)
+        return F.linear(post, proj)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, fc, proj, post = ctx.saved_tensors
+        grad_pre = relu_square_linear_backward(grad_out, proj, post)
+        return grad_pre @ fc, grad_pre.T @ x, grad_out.T @ post
+
+
 # Polar Express (Amsel et al., 2025): five odd quintics a x + b x^3 + c x^5, each fitted to the singular
 # values the steps before it leave, drive every singular value of a normalised matrix towards 1.
 POLAR_EXPRESS = (
@@ -506,7 +611,7 @@ class MLP(nn.Module):
         self.proj = CastedLinear(4 * dim, dim, zero_init=True)
 
     def forward(self, x):
-        return self.proj(F.relu(self.fc(x)).square())
+        return ReluSquareMLP.apply(x, self.fc.weight.type_as(x), self.proj.weight.type_as(x))
 
 
 class Block(nn.Module):

@@ -3,6 +3,7 @@ several processes), the model, the command line, the schedules, and the CPU smok
 import copy
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -821,6 +822,53 @@ def test_head_loss_compiles_as_one_graph(fp8):
     finally:
         torch._dynamo.reset()
     assert x.grad is not None and w.grad is not None
+
+
+def test_mlp_and_its_gradients_equal_autograd_of_the_formula():
+    """ReluSquareMLP's backward (the hidden gradient from the kept activation's square root, the three matmuls)
+    against autograd of relu(x fc^T)^2 proj^T, in float64; and, compiled in one graph with fullgraph, the
+    same numbers (its two operators are opaque to dynamo: a graph break would run the block eagerly)."""
+    torch.manual_seed(0)
+    x, fc, proj = torch.randn(70, 32).double(), torch.randn(128, 32).double(), torch.randn(32, 128).double()
+    grad = torch.randn(70, 32).double()
+    ref_inputs = [t.clone().requires_grad_() for t in (x, fc, proj)]
+    ref = F.linear(F.relu(F.linear(ref_inputs[0], ref_inputs[1])).square(), ref_inputs[2])
+    want = (ref, *torch.autograd.grad(ref, ref_inputs, grad))
+    assert (F.linear(x, fc) < 0).any() and (F.linear(x, fc) > 0).any()
+    torch._dynamo.reset()
+    try:
+        for mlp in (tg.ReluSquareMLP.apply, torch.compile(tg.ReluSquareMLP.apply, backend="aot_eager", fullgraph=True)):
+            inputs = [t.clone().requires_grad_() for t in (x, fc, proj)]
+            out = mlp(*inputs)
+            got = (out, *torch.autograd.grad(out, inputs, grad))
+            for a, b in zip(got, want):
+                assert rel_error(a, b) < 1e-12
+    finally:
+        torch._dynamo.reset()
+
+
+INTERPRETED_KERNEL_CHECK = """
+import torch, train_gpt as tg
+torch.manual_seed(0)
+tg.MLP_TILE.update(BM=32, BN=32, BK=16, GROUP=3)  # tiles small enough for the interpreter, 4 row-tiles a group
+for M in (100, 96, 7):  # rows: not a multiple of BM, a multiple, fewer than one tile
+    x, fc, proj, grad = torch.randn(M, 64), 0.2 * torch.randn(128, 64), torch.randn(48, 128), torch.randn(M, 48)
+    post = tg.relu_square_matmul(x, fc.T)
+    grad_pre = tg.relu_square_matmul(grad, proj, post)
+    pre = x.double() @ fc.double().T
+    for got, want in ((post, pre.relu().square()), (grad_pre, (grad.double() @ proj.double()) * 2 * pre.relu())):
+        assert ((got.double() - want).norm() / want.norm()).item() < 1e-6, M
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton (not in CPU builds)")
+def test_relu_square_matmul_kernel_in_triton_interpreter():
+    """The fused MLP kernel's indexing, grouping, masking and both epilogues, run by Triton's interpreter on
+    the CPU in float32 (its bf16 loads are wrong there): tests/test_gpu.py checks it in bf16 on a GPU."""
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    result = subprocess.run([sys.executable, "-c", INTERPRETED_KERNEL_CHECK], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def test_fp8_head_loss_matches_float_reference_on_cpu():
