@@ -28,6 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
@@ -359,6 +360,138 @@ def scalar(value, like):
     return torch.tensor(value, dtype=torch.float32, device=like.device)
 
 
+# The fused MLP kernel's tile (rows, columns, reduction), warps, pipeline stages and row-tiles per group, by
+# operand type: first guesses, not yet timed on a GPU (benchmarks/mlp_kernel.py compares others)
+MLP_TILES = {
+    torch.bfloat16: dict(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, GROUP=8),
+    torch.float8_e4m3fn: dict(BM=128, BN=256, BK=128, num_warps=8, num_stages=3, GROUP=8),
+}
+
+if triton is not None:
+
+    @triton.jit
+    def relu_square_matmul_kernel(a_ptr, b_ptr, out_ptr, post_ptr, scale_ptr, M, stride_bk, stride_bn,
+                                  N: tl.constexpr, K: tl.constexpr, BACKWARD: tl.constexpr, SCALED: tl.constexpr,
+                                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+        """One (BM, BN) tile of a @ b with the MLP's activation applied as the tile is written, so that the
+        4x-wide activation makes no extra round trip through memory. a: (M, K) row-major; b: (K, N) with
+        the given strides; out and post: (M, N) row-major; N and K multiples of BN and BK.
+        Forward: out = relu(a @ b)^2. Backward (a the output's gradient, b the output projection, post the
+        forward's out): out = (a @ b) * 2 sqrt(post), the pre-activation's gradient, as relu = sqrt(post).
+        SCALED: a and b are FP8, a @ b is multiplied by the product of their scales, at scale_ptr."""
+        pid = tl.program_id(0)
+        tiles_m, tiles_n = tl.cdiv(M, BM), N // BN
+        # GROUP row-tiles in a row take every column tile in turn: b's columns are reused from L2
+        group_start = pid // (GROUP * tiles_n) * GROUP
+        group_rows = min(tiles_m - group_start, GROUP)
+        tile_m = group_start + pid % group_rows
+        tile_n = pid % (GROUP * tiles_n) // group_rows
+        rows = tile_m * BM + tl.arange(0, BM)
+        cols = tile_n * BN + tl.arange(0, BN)
+        steps = tl.arange(0, BK)
+        row_in = rows[:, None] < M
+        a_tile = a_ptr + rows.to(tl.int64)[:, None] * K + steps[None, :]
+        b_tile = b_ptr + steps[:, None] * stride_bk + cols[None, :] * stride_bn
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for _ in range(0, K, BK):
+            acc = tl.dot(tl.load(a_tile, mask=row_in, other=0.0), tl.load(b_tile), acc)
+            a_tile += BK
+            b_tile += BK * stride_bk
+        if SCALED:
+            acc = acc * tl.load(scale_ptr)
+        out_offsets = rows.to(tl.int64)[:, None] * N + cols[None, :]
+        if BACKWARD:
+            post = tl.load(post_ptr + out_offsets, mask=row_in, other=0.0).to(tl.float32)
+            acc = acc * 2 * tl.sqrt(post)
+        else:
+            acc = tl.maximum(acc, 0.0)
+            acc = acc * acc
+        tl.store(out_ptr + out_offsets, acc.to(out_ptr.dtype.element_ty), mask=row_in)
+
+
+def relu_square_matmul(a, b, post=None, scale=None, out_dtype=None):
+    """relu_square_matmul_kernel over the whole product: relu(a @ b)^2, or with post, (a @ b) * 2 sqrt(post);
+    with scale (FP8 a and b), a @ b times scale first."""
+    (M, K), N = a.shape, b.size(1)
+    out = torch.empty(M, N, dtype=out_dtype or a.dtype, device=a.device)
+    tile = MLP_TILES[a.dtype]
+    grid = (triton.cdiv(M, tile["BM"]) * (N // tile["BN"]),)
+    unused = out  # the forward reads no post, the bf16 kernel no scale: any pointer will do
+    relu_square_matmul_kernel[grid](a.contiguous(), b, out, unused if post is None else post,
+                                    unused if scale is None else scale, M, *b.stride(), N=N, K=K,
+                                    BACKWARD=post is not None, SCALED=scale is not None, **tile)
+    return out
+
+
+def fused_mlp_kernels(a, b):
+    """Whether a @ b (the MLP's) runs on the Triton kernel: bf16 or FP8 on a GPU, in whole tiles of N and K.
+    Elsewhere (CPU tests, the float32 model of a GPU test, odd widths) the same formulas in PyTorch."""
+    tile = MLP_TILES.get(a.dtype)
+    return (triton is not None and a.is_cuda and tile is not None and a.size(1) % tile["BK"] == 0
+            and b.size(1) % tile["BN"] == 0)
+
+
+def to_e4m3(t, scale):
+    """t / scale in float8 e4m3, clamped to its range (448) rather than cast out of it."""
+    return (t.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+
+
+@torch.library.custom_op("train_gpt::relu_square_linear", mutates_args=())
+def relu_square_linear(x: torch.Tensor, w: torch.Tensor, scale: Optional[torch.Tensor]) -> torch.Tensor:
+    """relu(x @ w.T)^2, the MLP's hidden activation; with scale, x and w are FP8 and x @ w.T is multiplied by
+    scale, the product of their scales, and the activation is bf16. An operator opaque to torch.compile, as
+    the head's."""
+    if not fused_mlp_kernels(x, w.T):
+        if scale is None:
+            return F.relu(F.linear(x, w)).square()
+        return F.relu(F.linear(x.float(), w.float()) * scale).square().bfloat16()
+    return relu_square_matmul(x, w.T, scale=scale, out_dtype=None if scale is None else torch.bfloat16)
+
+
+@relu_square_linear.register_fake
+def _(x, w, scale):
+    return x.new_empty(x.size(0), w.size(0), dtype=x.dtype if scale is None else torch.bfloat16)
+
+
+@torch.library.custom_op("train_gpt::relu_square_linear_backward", mutates_args=())
+def relu_square_linear_backward(grad_out: torch.Tensor, w: torch.Tensor, post: torch.Tensor) -> torch.Tensor:
+    """The gradient of relu_square_linear's input product, from the gradient of the output projection
+    grad_out @ w (w: the projection's weight) and the activation post it produced."""
+    if not fused_mlp_kernels(grad_out, w):
+        return (grad_out @ w) * 2 * post.sqrt()
+    return relu_square_matmul(grad_out, w, post)
+
+
+@relu_square_linear_backward.register_fake
+def _(grad_out, w, post):
+    return torch.empty_like(post)
+
+
+class ReluSquareMLP(torch.autograd.Function):
+    """relu(x @ fc.T)^2 @ proj.T, the activation applied inside the matmuls' kernels both ways. What is kept
+    for the backward pass is the activation relu(.)^2 alone: relu(.) is its square root.
+
+    With fp8 (Hopper, the public record's #84), x @ fc.T runs in float8 e4m3: x at the fixed scale
+    sqrt(dim) / 448, as x is RMS-normalised (|x| <= sqrt(dim)); fc at amax(|fc|) / 448, taken afresh at every
+    call. The backward pass stays in bf16, and MLP validates without FP8."""
+
+    @staticmethod
+    def forward(ctx, x, fc, proj, fp8):
+        if fp8:
+            x_scale, fc_scale = x.size(-1) ** 0.5 / 448, fc.detach().abs().amax().float() / 448
+            post = relu_square_linear(to_e4m3(x, x_scale), to_e4m3(fc, fc_scale), x_scale * fc_scale)
+        else:
+            post = relu_square_linear(x, fc, None)
+        ctx.save_for_backward(x, fc, proj, post)
+        return F.linear(post, proj)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, fc, proj, post = ctx.saved_tensors
+        grad_pre = relu_square_linear_backward(grad_out, proj, post)
+        return grad_pre @ fc, grad_pre.T @ x, grad_out.T @ post, None
+
+
 # Polar Express (Amsel et al., 2025): five odd quintics a x + b x^3 + c x^5, each fitted to the singular
 # values the steps before it leave, drive every singular value of a normalised matrix towards 1.
 POLAR_EXPRESS = (
@@ -500,13 +633,15 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, dim):
+    def __init__(self, dim, fp8):
         super().__init__()
         self.fc = CastedLinear(dim, 4 * dim)
         self.proj = CastedLinear(4 * dim, dim, zero_init=True)
+        self.fp8 = fp8
 
     def forward(self, x):
-        return self.proj(F.relu(self.fc(x)).square())
+        fp8 = self.fp8 and torch.is_grad_enabled()  # validation in bf16, as the head's
+        return ReluSquareMLP.apply(x, self.fc.weight.type_as(x), self.proj.weight.type_as(x), fp8)
 
 
 class Block(nn.Module):
@@ -514,11 +649,11 @@ class Block(nn.Module):
     gets compiled, so that windows and sequence boundaries, which change from batch to batch, never enter
     a compiled graph and cause recompiles."""
 
-    def __init__(self, dim, head_dim, rotary, attention=True, long_window=False):
+    def __init__(self, dim, head_dim, rotary, fp8, attention=True, long_window=False):
         super().__init__()
         self.residual_mix = nn.Parameter(torch.tensor([1.0, 0.0]))  # residual stream vs. the embedding x0
         self.attn = Attention(dim, head_dim, rotary, key_offset=long_window) if attention else None
-        self.mlp = MLP(dim)
+        self.mlp = MLP(dim, fp8)
 
     def forward(self, x, x0, value_embed, skip, bigram, seqs, window, attend_from=None):
         """skip: None, or the U-net connection into this layer as (activations, weight); bigram: None, or
@@ -633,7 +768,7 @@ class GPT(nn.Module):
         # the layer just past the middle does without attention (found by the public speedrun)
         # the first layer, the one a third of the way up and the last see the long window; the others the short
         self.long_layers = {0, L // 3, L - 1}
-        self.blocks = nn.ModuleList(Block(dim, args.head_dim, self.rotary, attention=i != L // 2 + 1,
+        self.blocks = nn.ModuleList(Block(dim, args.head_dim, self.rotary, fp8, attention=i != L // 2 + 1,
                                           long_window=i in self.long_layers) for i in range(L))
         self.skip_weights = nn.Parameter(torch.ones(L // 2))  # U-net: layer i feeds layer L-1-i
         self.head = Head(dim, args.vocab_size, fp8, load_prefix_table(args.prefix_table, args.vocab_size))

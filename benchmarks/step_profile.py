@@ -37,7 +37,7 @@ def kernel_kind(name):
         return "nccl"
     if "flash" in name or "fmha" in name:
         return "attention"
-    if any(s in name for s in ("gemm", "cutlass", "sm90_xmma", "nvjet", "scaled_mm")):
+    if any(s in name for s in ("gemm", "cutlass", "sm90_xmma", "nvjet", "scaled_mm", "matmul")):
         return "matmul"
     return "other"
 

@@ -21,8 +21,8 @@ def test_kernel_kinds_by_name():
     kinds = [step_profile.kernel_kind(name) for name in (
         "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "void flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel",
         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "nvjet_tst_192x192_64x3_1x2_h_bz_coopA_NTN",
-        "triton_poi_fused_add_mul_0")]
-    assert kinds == ["nccl", "attention", "matmul", "matmul", "other"]
+        "relu_square_matmul_kernel", "triton_poi_fused_add_mul_0")]
+    assert kinds == ["nccl", "attention", "matmul", "matmul", "matmul", "other"]
 
 
 def test_proxy_runs_each_draw_their_own_seed_unless_one_is_given():

@@ -3,6 +3,7 @@ several processes), the model, the command line, the schedules, and the CPU smok
 import copy
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -729,7 +730,7 @@ def test_compiled_regions_compile_each_batch_shape_statically():
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     torch.manual_seed(0)
-    block = tg.Block(64, 32, tg.Rotary(32, max_len=384))
+    block = tg.Block(64, 32, tg.Rotary(32, max_len=384), fp8=False)
     block.compile()
     try:
         for tokens in (128, 256, 384, 128):
@@ -821,6 +822,86 @@ def test_head_loss_compiles_as_one_graph(fp8):
     finally:
         torch._dynamo.reset()
     assert x.grad is not None and w.grad is not None
+
+
+def test_mlp_and_its_gradients_equal_autograd_of_the_formula():
+    """ReluSquareMLP's backward (the hidden gradient from the kept activation's square root, the three matmuls)
+    against autograd of relu(x fc^T)^2 proj^T, in float64; and, compiled in one graph with fullgraph, the
+    same numbers (its two operators are opaque to dynamo: a graph break would run the block eagerly). FP8 has
+    its own test below."""
+    torch.manual_seed(0)
+    x, fc, proj = torch.randn(70, 32).double(), torch.randn(128, 32).double(), torch.randn(32, 128).double()
+    grad = torch.randn(70, 32).double()
+    ref_inputs = [t.clone().requires_grad_() for t in (x, fc, proj)]
+    ref = F.linear(F.relu(F.linear(ref_inputs[0], ref_inputs[1])).square(), ref_inputs[2])
+    want = (ref, *torch.autograd.grad(ref, ref_inputs, grad))
+    assert (F.linear(x, fc) < 0).any() and (F.linear(x, fc) > 0).any()
+    torch._dynamo.reset()
+    try:
+        for mlp in (tg.ReluSquareMLP.apply, torch.compile(tg.ReluSquareMLP.apply, backend="aot_eager", fullgraph=True)):
+            inputs = [t.clone().requires_grad_() for t in (x, fc, proj)]
+            out = mlp(*inputs, False)
+            got = (out, *torch.autograd.grad(out, inputs, grad))
+            for a, b in zip(got, want):
+                assert rel_error(a, b) < 1e-12
+    finally:
+        torch._dynamo.reset()
+
+
+INTERPRETED_KERNEL_CHECK = """
+import torch, train_gpt as tg
+torch.manual_seed(0)
+# tiles small enough for the interpreter, 4 row-tiles a group
+tg.MLP_TILES[torch.float32] = dict(BM=32, BN=32, BK=16, num_warps=4, num_stages=2, GROUP=3)
+for M in (100, 96, 7):  # rows: not a multiple of BM, a multiple, fewer than one tile
+    x, fc, proj, grad = torch.randn(M, 64), 0.2 * torch.randn(128, 64), torch.randn(48, 128), torch.randn(M, 48)
+    scale = torch.tensor(0.7)
+    post = tg.relu_square_matmul(x, fc.T)
+    scaled = tg.relu_square_matmul(x, fc.T, scale=scale)  # as the FP8 operands are
+    grad_pre = tg.relu_square_matmul(grad, proj, post)
+    pre = x.double() @ fc.double().T
+    for got, want in ((post, pre.relu().square()), (scaled, (0.7 * pre).relu().square()),
+                      (grad_pre, (grad.double() @ proj.double()) * 2 * pre.relu())):
+        assert ((got.double() - want).norm() / want.norm()).item() < 1e-6, M
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton (not in CPU builds)")
+def test_relu_square_matmul_kernel_in_triton_interpreter():
+    """The fused MLP kernel's indexing, grouping, masking and both epilogues, run by Triton's interpreter on
+    the CPU in float32 (its bf16 loads are wrong there): tests/test_gpu.py checks it in bf16 on a GPU."""
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    result = subprocess.run([sys.executable, "-c", INTERPRETED_KERNEL_CHECK], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_fp8_mlp_scales_and_casts_its_forward_operands_and_keeps_a_bf16_backward():
+    """ReluSquareMLP with fp8 on the CPU (the reference path): the activation is that of x and fc rounded to
+    e4m3 at their scales (x at sqrt(dim) / 448, fc at amax / 448, none saturating), in bf16, within FP8's
+    error of the exact one; the backward pass is the bf16 formula applied to that activation."""
+    torch.manual_seed(0)
+    x = tg.rms_norm(torch.randn(70, 64)).bfloat16()
+    fc, proj = (0.1 * torch.randn(256, 64)).bfloat16(), (0.1 * torch.randn(64, 256)).bfloat16()
+    inputs = [t.clone().requires_grad_() for t in (x, fc, proj)]
+    out = tg.ReluSquareMLP.apply(*inputs, True)
+    x_scale, fc_scale = 64**0.5 / 448, fc.float().abs().max() / 448
+    x8 = (x.float() / x_scale).to(torch.float8_e4m3fn).float() * x_scale
+    fc8 = (fc.float() / fc_scale).to(torch.float8_e4m3fn).float() * fc_scale
+    post = F.relu(x8 @ fc8.T).square().bfloat16()
+    assert (fc.float() / fc_scale).abs().max() == 448 and (x.float() / x_scale).abs().max() < 448
+    assert rel_error(out, F.linear(post, proj)) < 1e-2
+    exact = F.linear(F.relu(F.linear(x.double(), fc.double())).square(), proj.double())
+    assert 1e-3 < rel_error(out, exact) < 0.15  # FP8 moved it, not much
+    grad = torch.randn(70, 64).bfloat16()
+    got = torch.autograd.grad(out, inputs, grad)
+    grad_pre = (grad.float() @ proj.float()) * 2 * post.float().sqrt()
+    want = (grad_pre @ fc.float(), grad_pre.T @ x.float(), grad.float().T @ post.float())
+    for a, b in zip(got, want):
+        assert rel_error(a, b) < 2e-2
+    mlp = tg.MLP(64, fp8=True).bfloat16()  # validation: no FP8
+    with torch.no_grad():
+        assert torch.equal(mlp(x), tg.ReluSquareMLP.apply(x, mlp.fc.weight, mlp.proj.weight, False))
 
 
 def test_fp8_head_loss_matches_float_reference_on_cpu():
