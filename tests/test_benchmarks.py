@@ -1,7 +1,7 @@
-"""The arithmetic of benchmarks/step_profile.py: communication time that no compute kernel hides."""
+"""The arithmetic of the benchmarks: exposed communication, proxy run seeds, step times from loss reads."""
 import pytest
 
-from benchmarks import proxy_record, step_profile  # conftest puts the repo root on sys.path
+from benchmarks import loader_overlap, proxy_record, step_profile  # conftest puts the repo root on sys.path
 
 
 @pytest.mark.parametrize("communication, compute, exposed", [
@@ -30,3 +30,11 @@ def test_proxy_runs_each_draw_their_own_seed_unless_one_is_given():
     assert proxy_record.run_flags(["--seed", "7"], 2) == ["--seed", "7"]
     assert proxy_record.run_flags(["--seed=7"], 1) == ["--seed=7"]
     assert proxy_record.run_flags(["--seed_data"], 1)[-2:] == ["--seed", "1"]  # another flag, not --seed
+
+
+def test_loader_overlap_step_time_is_the_median_pair_of_steps_between_loss_reads():
+    """Reads at the end of each step: warm-up steps (long) left out, then steps alternating 1 and 3 s (no Adam
+    step, Adam step), one pair disturbed: the median pair, halved, is 2 s."""
+    durations = [9, 9, 9, 1, 3, 1, 3, 1, 30, 1, 3]
+    reads = [sum(durations[:k]) for k in range(len(durations) + 1)]
+    assert loader_overlap.pair_step_time(reads, warmup=3) == 2
