@@ -4,11 +4,12 @@
 
 Measures at one stage of TRAINING_STAGES, by default the last (the record's micro-batch shape and its whole
 batch, accumulated), with its batch shape and windows, at the stage's first two steps in turn: Adam steps on
-odd steps only, so a step time is the mean of the two steps' medians. Runs the same training steps three
-ways and prints a table of step times:
+odd steps only, so a step time is half the median of pairs of consecutive steps. Runs the same training
+steps three ways and prints a table of step times:
   resident     one batch kept on the GPU and reused: the step with no data cost at all
   prefetch     train_gpt.PrefetchLoader: built by a worker thread, copied on its own stream
-  synchronous  built on the training thread, then copied on the compute stream (pinned, non_blocking)
+  synchronous  built on the training thread into one pinned buffer (refilled once its last copy is done), then
+               copied on the compute stream
 Steps are queued as train_gpt's loop queues them: each step's loss goes to pinned memory behind its kernels
 and is read once the next step is queued, so the host never waits for the GPU between steps; a step's time
 runs from one loss read to the next. Exposed data time = step - resident step. The 8-GPU per-rank shape,
