@@ -3,6 +3,10 @@ in FP8, against the unfused one that Inductor compiles, on one GPU, at each trai
 (768 -> 3072 -> 768, bf16 activations): forward and forward + backward time (medians of CUDA-event timings),
 and the error of the output and of the three gradients against float64. Prints a table.
 
+A second table times the kernels alone, each tile on its own, replayed from a CUDA graph so that Python's
+launches stay out (the training steps replay graphs too): the forward relu(x fc^T)^2 (bf16, FP8) and the
+backward (g proj) 2 sqrt(post), each against the same matmul in cuBLAS without the activation.
+
     python benchmarks/mlp_kernel.py [--tiles 128,128,64,8,4,8 ...] [--fp8_tiles 128,128,128,8,4,8 ...] [--reps 20]
 
 A tile is BM,BN,BK,num_warps,num_stages,GROUP (train_gpt.MLP_TILES): --tiles for the bf16 kernel (the backward
@@ -56,6 +60,51 @@ def median_ms(fn, reps, rounds=5):
     return statistics.median(times)
 
 
+def graphed_ms(fn, reps):
+    """The median over 5 replays of a CUDA graph of reps calls of fn, per call."""
+    fn()  # builds the kernel before the capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    return median_ms(graph.replay, 1) / reps
+
+
+def kernel_rows(tokens, fc, proj, tiles, fp8_tiles, reps):
+    """(tokens, kernel, tile, ms, cuBLAS ms) for each tile of each kernel: forward bf16, forward FP8, backward."""
+    x = tg.rms_norm(torch.randn(tokens, fc.size(1), device="cuda")).bfloat16()
+    g = torch.randn(tokens, fc.size(1), device="cuda", dtype=torch.bfloat16)
+    fc16, proj16 = fc.detach().bfloat16(), proj.detach().bfloat16()
+    post = F.relu(F.linear(x, fc16)).square()
+    x_scale, fc_scale = fc.size(1) ** 0.5 / 448, fc16.abs().amax().float() / 448
+    x8, fc8 = tg.to_e4m3(x, x_scale), tg.to_e4m3(fc16, fc_scale)
+    one = torch.ones((), device="cuda")
+    kernels = [
+        ("forward, bf16", torch.bfloat16, tiles, lambda: tg.relu_square_matmul(x, fc16.T),
+         lambda: F.linear(x, fc16)),
+        ("forward, FP8", torch.float8_e4m3fn, fp8_tiles,
+         lambda: tg.relu_square_matmul(x8, fc8.T, scale=x_scale * fc_scale, out_dtype=torch.bfloat16),
+         lambda: torch._scaled_mm(x8, fc8.T, one, one, out_dtype=torch.bfloat16)),
+        ("backward", torch.bfloat16, tiles, lambda: tg.relu_square_matmul(g, proj16, post), lambda: g @ proj16),
+    ]
+    rows = []
+    for name, dtype, kernel_tiles, fused, cublas in kernels:
+        reference = graphed_ms(cublas, reps)
+        for tile in kernel_tiles:
+            set_tile(dtype, tile)
+            try:
+                rows.append((tokens, name, tile, graphed_ms(fused, reps), reference))
+            except Exception as error:  # a tile too large for the chip's shared memory, say: the others go on
+                print(f"{name} tile {tile} at {tokens} tokens failed: {type(error).__name__}: {error}",
+                      file=sys.stderr)
+    return rows
+
+
 def measure(mlp, x, fc, proj, grad, reps):
     """(forward ms, forward + backward ms, largest error of output and gradients against float64)."""
     def forward():
@@ -88,6 +137,9 @@ def main():
     proj = 0.02 * torch.randn(dim, 4 * dim, device="cuda")  # zero at initialisation; not here, so x gets a gradient
     fc.requires_grad_(), proj.requires_grad_()
     unfused, fused, fused_fp8 = (torch.compile(f, dynamic=False) for f in (unfused_mlp, fused_mlp, fused_fp8_mlp))
+    chosen = dict(tg.MLP_TILES)
+    kernels = [row for tokens in TOKENS for row in kernel_rows(tokens, fc, proj, args.tiles, args.fp8_tiles, args.reps)]
+    tg.MLP_TILES.update(chosen)
     rows = []
     for tokens in TOKENS:
         x = tg.rms_norm(torch.randn(tokens, dim, device="cuda")).bfloat16().requires_grad_()
@@ -104,6 +156,11 @@ def main():
             except Exception as error:  # a tile too large for the chip's shared memory, say: the others go on
                 print(f"{kind} tile {tile} at {tokens} tokens failed: {type(error).__name__}: {error}",
                       file=sys.stderr)
+    print("| tokens | kernel | tile | ms | cuBLAS matmul alone ms | vs cuBLAS |")
+    print("|---:|---|---|---:|---:|---:|")
+    for tokens, name, tile, ms, reference in kernels:
+        print(f"| {tokens} | {name} | {tile} | {ms:.3f} | {reference:.3f} | {ms / reference:.3f} |")
+    print()
     print("| tokens | MLP | tile | forward ms | vs unfused | fwd + bwd ms | vs unfused | error vs float64 |")
     print("|---:|---|---|---:|---:|---:|---:|---:|")
     for tokens, kind, tile, fwd, both, error, (base_fwd, base_both, _) in rows:
