@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -937,6 +938,28 @@ def test_compile_cache_that_cannot_be_loaded_warns_and_goes_on(content, tmp_path
         assert messages == []
     else:
         assert len(messages) == 1 and messages[0].startswith("warning: compile cache")
+
+
+def test_compile_cache_loads_artifacts_once_into_the_caches_that_hold_them(tmp_path, monkeypatch):
+    """Artifacts already loaded into (or saved from) Inductor's cache are not loaded again; new ones are, and
+    so are the same ones into a cache that was wiped."""
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.endswith("_CACHE_DIR")})
+    loads = []
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda content: loads.append(content) or "info")
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"saved", "info"))
+    (tmp_path / "artifacts.bin").write_bytes(b"first")
+    for _ in range(2):
+        tg.load_compile_cache(tmp_path, print)
+    assert loads == [b"first"]
+    (tmp_path / "artifacts.bin").write_bytes(b"second")
+    tg.load_compile_cache(tmp_path, print)
+    assert loads == [b"first", b"second"]
+    tg.save_compile_cache(tmp_path)
+    tg.load_compile_cache(tmp_path, print)
+    assert (tmp_path / "artifacts.bin").read_bytes() == b"saved" and len(loads) == 2
+    shutil.rmtree(tmp_path / "inductor")
+    tg.load_compile_cache(tmp_path, print)
+    assert loads[-1] == b"saved" and len(loads) == 3
 
 
 def test_key_offset_takes_the_position_free_dimensions_from_the_previous_token():
