@@ -306,6 +306,18 @@ def _(logits, targets, weights):
             logits.new_empty(V, T, dtype=torch.float8_e5m2))
 
 
+def to_e4m3(t, scale):
+    """t / scale in float8 e4m3, clamped to its range (448) rather than cast out of it."""
+    return (t.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+
+
+def normed_e4m3(x):
+    """An RMS-normalised x in float8 e4m3 at the fixed scale sqrt(dim) / 448 (|x| <= sqrt(dim)), which needs
+    no pass over the data to find its range; and that scale. The head's and the MLP's input."""
+    scale = x.size(-1) ** 0.5 / 448
+    return to_e4m3(x, scale), scale
+
+
 class HeadLoss(torch.autograd.Function):
     """The summed soft-capped cross-entropy of the logits x @ w.T.
 
@@ -329,10 +341,9 @@ class HeadLoss(torch.autograd.Function):
             loss, grad = softcapped_cross_entropy(x @ w.T, targets, weights)
             ctx.save_for_backward(x, w, grad.type_as(x))
             return loss
-        ctx.x_scale = x_scale = x.size(-1) ** 0.5 / 448
-        x8 = (x / x_scale).to(torch.float8_e4m3fn)
-        w8 = (w / HEAD_W_SCALE).to(torch.float8_e4m3fn)
-        logits = torch._scaled_mm(x8, w8.T, scale_a=scalar(x_scale, x), scale_b=scalar(HEAD_W_SCALE, x),
+        x8, ctx.x_scale = normed_e4m3(x)
+        w8 = to_e4m3(w, HEAD_W_SCALE)
+        logits = torch._scaled_mm(x8, w8.T, scale_a=scalar(ctx.x_scale, x), scale_b=scalar(HEAD_W_SCALE, x),
                                   out_dtype=torch.bfloat16)
         loss, grad, grad_t = softcapped_cross_entropy_fp8(logits, targets, weights)
         ctx.save_for_backward(x8, w8, grad, grad_t)
@@ -431,11 +442,6 @@ def fused_mlp_kernels(a, b):
             and b.size(1) % tile["BN"] == 0)
 
 
-def to_e4m3(t, scale):
-    """t / scale in float8 e4m3, clamped to its range (448) rather than cast out of it."""
-    return (t.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
-
-
 @torch.library.custom_op("train_gpt::relu_square_linear", mutates_args=())
 def relu_square_linear(x: torch.Tensor, w: torch.Tensor, scale: Optional[torch.Tensor]) -> torch.Tensor:
     """relu(x @ w.T)^2, the MLP's hidden activation; with scale, x and w are FP8 and x @ w.T is multiplied by
@@ -478,8 +484,8 @@ class ReluSquareMLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, fc, proj, fp8):
         if fp8:
-            x_scale, fc_scale = x.size(-1) ** 0.5 / 448, fc.detach().abs().amax().float() / 448
-            post = relu_square_linear(to_e4m3(x, x_scale), to_e4m3(fc, fc_scale), x_scale * fc_scale)
+            (x8, x_scale), fc_scale = normed_e4m3(x), fc.detach().abs().amax().float() / 448
+            post = relu_square_linear(x8, to_e4m3(fc, fc_scale), x_scale * fc_scale)
         else:
             post = relu_square_linear(x, fc, None)
         ctx.save_for_backward(x, fc, proj, post)

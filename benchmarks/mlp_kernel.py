@@ -81,8 +81,8 @@ def kernel_rows(tokens, fc, proj, tiles, fp8_tiles, reps):
     g = torch.randn(tokens, fc.size(1), device="cuda", dtype=torch.bfloat16)
     fc16, proj16 = fc.detach().bfloat16(), proj.detach().bfloat16()
     post = F.relu(F.linear(x, fc16)).square()
-    x_scale, fc_scale = fc.size(1) ** 0.5 / 448, fc16.abs().amax().float() / 448
-    x8, fc8 = tg.to_e4m3(x, x_scale), tg.to_e4m3(fc16, fc_scale)
+    (x8, x_scale), fc_scale = tg.normed_e4m3(x), fc16.abs().amax().float() / 448
+    fc8 = tg.to_e4m3(fc16, fc_scale)
     one = torch.ones((), device="cuda")
     kernels = [
         ("forward, bf16", torch.bfloat16, tiles, lambda: tg.relu_square_matmul(x, fc16.T),
