@@ -1717,6 +1717,25 @@ def train_step(model, micro_batches, adam, normuon, step, args, world_size):
     return loss / (world_size * sum(micro.inputs.numel() for micro in micro_batches))
 
 
+class DeferredLoss:
+    """A step's loss, to be read once the next step is queued, so that the device never idles while the host
+    reads it. On a GPU it is copied to pinned memory behind the step's kernels, and reading it waits for that
+    copy alone, not for what was queued after it."""
+
+    def __init__(self, loss):
+        self.loss, self.copied = loss, None
+        if loss.is_cuda:
+            self.loss = torch.empty((), dtype=loss.dtype, pin_memory=True)
+            self.loss.copy_(loss, non_blocking=True)
+            self.copied = torch.cuda.Event()
+            self.copied.record()
+
+    def read(self):
+        if self.copied is not None:
+            self.copied.synchronize()
+        return self.loss.item()
+
+
 def init_process():
     """This process's rank, the world size (torchrun's variables; 1 without torchrun) and its device; joins
     the process group (NCCL on GPUs, gloo on CPUs) when there are several processes."""
@@ -1809,16 +1828,14 @@ def train(args, rank, world_size, device, log, startup):
         return f"train_time:{1000 * training_time:.1f}ms step_avg:{1000 * training_time / max(step, 1):.2f}ms"
 
     progress = log.bar(N, "train", "step")
-    in_flight = None  # the last queued step, its loss not read yet: (its number, loss on the host, copy event)
+    in_flight = None  # the last queued step, its loss not read yet: (its number, its DeferredLoss)
 
     def finish_step():
         """Wait for the step in flight to end on the device, then time, check and log it. Called once the
         next step is queued, so that the device never idles while the host reads a loss."""
         nonlocal training_time, clock, in_flight
-        number, host_loss, copied = in_flight
-        if copied is not None:
-            copied.synchronize()  # the loss's copy, queued after the step's last kernel
-        train_loss, in_flight = host_loss.item(), None
+        (number, loss), in_flight = in_flight, None
+        train_loss = loss.read()
         now = time.perf_counter()
         step_time, training_time, clock = now - clock, training_time + now - clock, now
         if not math.isfinite(train_loss):
@@ -1842,16 +1859,10 @@ def train(args, rank, world_size, device, log, startup):
             clock = time.perf_counter()
         if step == N:
             break
-        loss = train_step(model, step_batch(step), adam, normuon, step, args, world_size)
-        host_loss, copied = loss, None
-        if cuda:  # the loss to pinned memory behind the step's kernels; read after the next step is queued
-            host_loss = torch.empty((), dtype=loss.dtype, pin_memory=True)
-            host_loss.copy_(loss, non_blocking=True)
-            copied = torch.cuda.Event()
-            copied.record()
+        loss = DeferredLoss(train_step(model, step_batch(step), adam, normuon, step, args, world_size))
         if in_flight is not None:
             finish_step()
-        in_flight = (step + 1, host_loss, copied)
+        in_flight = (step + 1, loss)
         if not cuda:  # the step ran on this thread: nothing would overlap, and its time would go to the next
             finish_step()
     if progress is not None:

@@ -38,17 +38,13 @@ class SynchronousLoader:
     def __init__(self, source, device):
         self.source, self.device, self.cursor = source, device, source.start
         self.buffers = tg.HostBuffers(pin_memory=True)
-        self.copied = None  # the event of the last copy out of the host buffer
 
     def send(self, shape):
-        if self.copied is not None:
-            self.copied.synchronize()  # the single host buffer may be refilled once its last copy is done
-        start = self.cursor
+        start = self.cursor  # building waits for the buffer's last copy (HostBuffers.reserve)
         num_seqs, max_lens, self.cursor = self.source.build(start, shape, self.buffers)
         host = tg.HostBatch(shape, start, self.buffers, num_seqs, max_lens)
         tensors = [t.to(self.device, non_blocking=True) for t in host.tensors()]
-        self.copied = torch.cuda.Event()
-        self.copied.record()
+        self.buffers.copied.record()
         return tg._micro_batches(shape, *tensors, num_seqs, max_lens)
 
 
@@ -70,27 +66,12 @@ def stage_steps(args, stage):
     return list(range(starts[stage], min(starts[stage] + 2, end)))
 
 
-class DeferredLoss:
-    """A step's loss copied to pinned memory behind the step's kernels, read later (as train_gpt's loop does):
-    reading it waits for that step alone, not for what was queued after it."""
-
-    def __init__(self, loss):
-        self.host = torch.empty((), dtype=loss.dtype, pin_memory=True)
-        self.host.copy_(loss, non_blocking=True)
-        self.copied = torch.cuda.Event()
-        self.copied.record()
-
-    def read(self):
-        self.copied.synchronize()
-        return self.host.item()
-
-
 def run_steps(model, loader, shape, step_numbers, args, count, adam, normuon):
     """Queue `count` training steps, the step numbers in turn, each step's loss read once the next one is
     queued; the times (perf_counter) at which each loss had been read."""
     reads, in_flight = [], None
     for k in range(count):
-        loss = DeferredLoss(tg.train_step(model, loader.send(shape), adam, normuon,
+        loss = tg.DeferredLoss(tg.train_step(model, loader.send(shape), adam, normuon,
                                           step_numbers[k % len(step_numbers)], args, 1))
         if in_flight is not None:
             in_flight.read()
