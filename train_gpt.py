@@ -548,7 +548,7 @@ class CastedLinear(nn.Linear):
     def __init__(self, in_features, out_features, zero_init=False):
         super().__init__(in_features, out_features, bias=False)
         with torch.no_grad():
-            if zero_init:  # output projections start at zero: each block starts as the identity
+            if zero_init:  # the MLP's output projection and the gates start at zero
                 self.weight.zero_()
             else:
                 bound = 0.5 * 3**0.5 * in_features**-0.5
@@ -611,7 +611,7 @@ class Attention(nn.Module):
         self.value_mix = nn.Parameter(torch.tensor([0.5, 0.5]))  # own values vs. value embedding
         self.gate = CastedLinear(12, self.num_heads, zero_init=True)  # per-head output gate from x[:12]
         self.xsa = nn.Parameter(torch.zeros(self.num_heads))  # exclusive self-attention per head, tanh'd: 0 is off
-        self.out = CastedLinear(dim, dim, zero_init=True)
+        self.out = CastedLinear(dim, dim)  # not zero, as the public record's #64: attention learns from step 0
 
     def project(self, x, value_embed):
         """Queries, keys and values of the normalised input x: (tokens, heads, head_dim) each."""
