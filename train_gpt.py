@@ -769,8 +769,11 @@ class GPT(nn.Module):
                              persistent=False)
         # before layer 0; after attention in 1, 2, ... (the entry of the layer without attention is unused)
         self.bigram_weights = nn.Parameter(torch.full((L,), 0.05))
-        # value embeddings feed the first and the last layers, mirrored as in a U-net
+        # value embeddings feed the first and the last layers, mirrored as in a U-net; small at first, as the
+        # public record's (0.01, not nn.Embedding's 1): a token's value is not random noise before it is learnt
         self.value_embeds = nn.ModuleList(nn.Embedding(args.vocab_size, dim) for _ in range(min(3, L // 2)))
+        for table in self.value_embeds:
+            nn.init.normal_(table.weight, std=0.01)
         # the layer just past the middle does without attention (found by the public speedrun)
         # the first layer, the one a third of the way up and the last see the long window; the others the short
         self.long_layers = {0, L // 3, L - 1}

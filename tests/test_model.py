@@ -422,6 +422,23 @@ def test_initial_loss_is_near_the_summed_uniform_cross_entropy():
     assert abs(loss.item() / 256 - math.log(SMOKE.vocab_size)) < 1e-2  # the head starts small
 
 
+def test_initial_weights_follow_the_public_record():
+    """Zero at first: the MLP's output projection, the gates and the bigram table; attention's output projection
+    uniform like q, k, v (#64); value embeddings small (std 0.01), not nn.Embedding's N(0, 1)."""
+    torch.manual_seed(0)
+    model = tg.GPT(SMOKE, fp8=False)
+    bound = 0.5 * 3**0.5 * SMOKE.model_dim**-0.5
+    for block in model.blocks:
+        assert not block.mlp.proj.weight.any()
+        if block.attn is not None:
+            out = block.attn.out.weight
+            assert out.abs().max() <= bound and out.std() > 0.5 * bound  # uniform: std bound/sqrt(3)
+            assert not block.attn.gate.weight.any()
+    assert not model.bigram_embed.weight.any()
+    for table in model.value_embeds:
+        assert abs(table.weight.std().item() - 0.01) < 1e-3
+
+
 def test_gradient_of_a_batch_is_the_sum_over_its_halves():
     """Documents end at the split: the halves hold the same documents, at other packed positions. The key
     offset, the smear and the bigram hash reach one token across a document start by design (as in the
