@@ -534,7 +534,7 @@ def normalize_neurons(X, second_moment, beta=0.9):
 
 
 # ----------------------------------------------------------------------------------------------------
-# Model: GPT-2-small with the speedrun's changes (rotary, QK-norm, ReLU², value embeddings, U-net skips,
+# Model: GPT-2-small with the speedrun's changes (rotary, QK-norm, ReLU², value embeddings, a skip connection,
 # sliding windows over packed documents, soft-capped logits)
 
 
@@ -662,7 +662,7 @@ class Block(nn.Module):
         self.mlp = MLP(dim, fp8)
 
     def forward(self, x, x0, value_embed, skip, bigram, seqs, window, attend_from=None):
-        """skip: None, or the U-net connection into this layer as (activations, weight); bigram: None, or
+        """skip: None, or the skip connection into this layer as (activations, skip_lambda); bigram: None, or
         the bigram embedding and its weight in this layer, added after attention; attend_from: None, or an
         earlier residual stream that attention reads instead of this layer's."""
         if self.attn is None:
@@ -687,8 +687,8 @@ class Block(nn.Module):
 
     def mix(self, x, x0, skip):
         if skip is not None:
-            activations, weight = skip
-            x = x + weight * activations
+            activations, skip_lambda = skip
+            x = x + 0.5 * torch.sigmoid(skip_lambda) * activations
         return self.residual_mix[0] * x + self.residual_mix[1] * x0
 
     def add_mlp(self, x):
@@ -779,7 +779,10 @@ class GPT(nn.Module):
         self.long_layers = {0, L // 3, L - 1}
         self.blocks = nn.ModuleList(Block(dim, args.head_dim, self.rotary, fp8, attention=i != L // 2 + 1,
                                           long_window=i in self.long_layers) for i in range(L))
-        self.skip_weights = nn.Parameter(torch.ones(L // 2))  # U-net: layer i feeds layer L-1-i
+        # one skip connection (the public record's #45): the output of layer L//3 joins the residual stream
+        # entering the layer without attention, weighted 0.5 sigmoid(skip_lambda), 0.09 at first
+        self.skip_from, self.skip_to = L // 3, L // 2 + 1
+        self.skip_lambda = nn.Parameter(torch.tensor(-1.5))
         self.head = Head(dim, args.vocab_size, fp8, load_prefix_table(args.prefix_table, args.vocab_size))
 
     def layer_windows(self, windows):
@@ -809,13 +812,13 @@ class GPT(nn.Module):
         x0 = rms_norm(self.smear(e))
         bigram = self.bigram(batch)
         x = x0 + self.bigram_weights[0] * bigram
-        skips, saved = [], None
+        skipped, saved = None, None
         for i, (block, window) in enumerate(zip(self.blocks, self.layer_windows(windows))):
-            skip = (skips.pop(), self.skip_weights[L - 1 - i]) if i >= L - len(self.skip_weights) else None
+            skip = (skipped, self.skip_lambda) if i == self.skip_to else None
             layer_bigram = (bigram, self.bigram_weights[i]) if i > 0 else None
             x = block(x, x0, value_embeds[i], skip, layer_bigram, batch.seqs, window, saved)
-            if i < len(self.skip_weights):
-                skips.append(x)
+            if i == self.skip_from:
+                skipped = x
             if i == L - SAVED_RESIDUAL_READERS - 1:
                 saved = x
         return self.head(x, batch.targets)
@@ -846,7 +849,7 @@ PARAMETER_TABLE = (
     ("value_embeds.*", ParamConfig("adam", lr_mul=75.0, wd_mul=5.0, betas=(0.75, 0.95))),
     ("bigram_embed.weight", ParamConfig("adam", lr_mul=75.0, wd_mul=5.0, betas=(0.75, 0.95))),
     ("smear_gate.weight", ParamConfig("adam", lr_mul=0.01, wd_mul=0.0)),
-    ("*", ParamConfig("adam", lr_mul=5.0, wd_mul=0.0)),  # scalars: mixing weights, U-net skip weights
+    ("*", ParamConfig("adam", lr_mul=5.0, wd_mul=0.0)),  # scalars: mixing weights, the skip's lambda
 )
 
 
@@ -1602,10 +1605,10 @@ def artifacts_in_cache():
 
 
 def compile_regions(model):
-    # A region gets one graph per layer structure, grad mode and batch shape: before_attention has 9 layer
-    # structures (value embeddings, U-net skip, key offset, saved residual; layers 0, 6 and the first reader
-    # of the saved residual, whose inputs alias), 36 graphs over a run's three training shapes and the
-    # validation one. Past the limit (dynamo's default is 8), the rest would silently run uncompiled.
+    # A region gets one graph per layer structure, grad mode and batch shape: before_attention has 7 layer
+    # structures (value embeddings, key offset, saved residual; layer 0 and the first reader of the saved
+    # residual, whose inputs alias), 28 graphs over a run's three training shapes and the validation one.
+    # Past the limit (dynamo's default is 8), the rest would silently run uncompiled.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     for block in model.blocks:
         block.compile()

@@ -706,7 +706,7 @@ def test_two_process_run_with_fewer_validation_chunks_than_ranks(tmp_path):
 
 
 def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
-    """Windows that grow, batches of different documents, value embeddings and U-net skips present or
+    """Windows that grow, batches of different documents, value embeddings and the skip connection present or
     not, the layer without attention and validation's grad mode must not multiply a compiled region's
     variants past the limit that compile_regions sets: past it, dynamo runs them uncompiled, a silent
     slowdown. Every variant must compute what the uncompiled model computes. Inductor's CPU backend
@@ -1056,6 +1056,34 @@ def test_the_last_layers_attend_from_the_residual_saved_before_them():
     assert torch.allclose(mixed, block.mix(x, x0, skip)) and torch.allclose(normed, tg.rms_norm(source))
     for got, expected in zip((q, k, v), block.attn.project(tg.rms_norm(source), None)):
         assert torch.equal(got, expected)
+
+
+def test_one_skip_connection_from_layer_a_third_up_into_the_layer_without_attention():
+    """11 layers: layer 3's output, times 0.5 sigmoid(skip_lambda) (0.0912 at first), joins the residual stream
+    entering layer 6, before the embedding is mixed in; no other layer gets a skip."""
+    torch.manual_seed(0)
+    model = tg.GPT(tg.parse_args(["--smoke", "--num_layers", "11"]), fp8=False)
+    randomise_zero_initialised(model)
+    skips, outputs = {}, {}
+
+    def record(i):
+        def hook(module, args, out):
+            skips[i], outputs[i] = args[3], out
+        return hook
+
+    for i, block in enumerate(model.blocks):
+        block.register_forward_hook(record(i))
+    inputs = torch.randint(0, 50257, (64,), dtype=torch.int32)
+    model(micro_batch(inputs, inputs, tg.SequenceBoundaries(torch.tensor([0, 64], dtype=torch.int32), 64)), (64, 64))
+    assert model.blocks[6].attn is None and all(skips[i] is None for i in range(11) if i != 6)
+    activations, skip_lambda = skips[6]
+    assert activations is outputs[3] and skip_lambda is model.skip_lambda
+    assert abs(0.5 * torch.sigmoid(skip_lambda).item() - 0.0912) < 1e-4
+    block, x, x0, h3 = model.blocks[6], torch.randn(16, 64), torch.randn(16, 64), torch.randn(16, 64)
+    with torch.no_grad():
+        block.residual_mix.copy_(torch.tensor([0.8, 0.3]))
+    expected = 0.8 * (x + 0.5 * torch.sigmoid(skip_lambda) * h3) + 0.3 * x0
+    assert torch.allclose(block.mix(x, x0, (h3, skip_lambda)), expected)
 
 
 def test_bigram_embedding_is_the_hashed_row_times_its_sign_pattern_and_starts_at_zero():
