@@ -716,9 +716,29 @@ def load_prefix_table(path, vocab_size):
     return torch.from_numpy(np.pad(table, (0, vocab_size - len(table)), constant_values=-1))
 
 
+class DenseConnections(nn.Module):
+    """The head's input plus per-token shares of earlier residual streams (MUDD, the public record's #81 after
+    its layers): x + sum_i mu_i(x) source_i, mu = 0.1 (W2 gelu(W1 x) + b) from the residual x itself. W2 starts
+    at zero, so the shares start at b's: -0.5 for the stream after layer 7, the public record's backout
+    (#40), 0 for the others."""
+
+    def __init__(self, dim, initial_shares, hidden=64):
+        super().__init__()
+        self.hidden = CastedLinear(dim, hidden)
+        self.shares = CastedLinear(hidden, len(initial_shares), zero_init=True)
+        self.bias = nn.Parameter(torch.tensor(initial_shares) / 0.1)
+
+    def forward(self, x, sources):
+        shares = 0.1 * (self.shares(F.gelu(self.hidden(x))) + self.bias.type_as(x))
+        for i, source in enumerate(sources):
+            x = x + shares[:, i : i + 1] * source
+        return x
+
+
 class Head(nn.Module):
-    """Logits of the normalised input, soft-capped to (0, SOFTCAP), and the summed cross-entropy; FP8 matmuls on
-    Hopper. Its weight starts small, not zero: it is also the embedding until the two are untied.
+    """Logits of the normalised input (after its DenseConnections to the sources given), soft-capped to
+    (0, SOFTCAP), and the summed cross-entropy; FP8 matmuls on Hopper. Its weight starts small, not zero: it
+    is also the embedding until the two are untied.
 
     In training, the gradient is that of a weighted sum of losses of the same logits: multi-token prediction
     (the public record's #53) scores them against the next token and the tokens 2, 3, ... places on,
@@ -728,17 +748,18 @@ class Head(nn.Module):
     that order (set by train_step, on the device so that CUDA graphs read them). The loss returned is the
     next-token term alone."""
 
-    def __init__(self, dim, vocab_size, fp8, prefix_tokens):
+    def __init__(self, dim, vocab_size, fp8, prefix_tokens, initial_shares):
         super().__init__()
         self.weight = nn.Parameter(0.005 * torch.randn(vocab_size, dim))
+        self.dense = DenseConnections(dim, initial_shares)
         self.fp8 = fp8
         self.mtp_terms, self.prefix_term = 1, False
         self.register_buffer("prefix_tokens", prefix_tokens.to(self.weight.device), persistent=False)
         most = max(len(stage.mtp) + len(stage.prefix) for stage in TRAINING_STAGES)
         self.register_buffer("loss_weights", torch.ones(most), persistent=False)
 
-    def forward(self, x, targets):
-        x = rms_norm(x)
+    def forward(self, x, sources, targets):
+        x = rms_norm(self.dense(x, sources))
         if torch.is_grad_enabled():
             columns = [F.pad(targets[k:], (0, k), value=-1) for k in range(self.mtp_terms)]
             if self.prefix_term:
@@ -783,7 +804,11 @@ class GPT(nn.Module):
         # entering the layer without attention, weighted 0.5 sigmoid(skip_lambda), 0.09 at first
         self.skip_from, self.skip_to = L // 3, L // 2 + 1
         self.skip_lambda = nn.Parameter(torch.tensor(-1.5))
-        self.head = Head(dim, args.vocab_size, fp8, load_prefix_table(args.prefix_table, args.vocab_size))
+        # the head's dense connections read the stream entering layer 0, those after layers 3, 7 and 9, and the
+        # first value embedding; the one after 7 starts at -0.5 (backout)
+        self.dense_layers = (L // 3, L - SAVED_RESIDUAL_READERS - 1, L - 2)
+        self.head = Head(dim, args.vocab_size, fp8, load_prefix_table(args.prefix_table, args.vocab_size),
+                         initial_shares=[0.0, 0.0, -0.5, 0.0, 0.0])
 
     def layer_windows(self, windows):
         """Each layer's window; windows: (short, long) in tokens."""
@@ -812,16 +837,15 @@ class GPT(nn.Module):
         x0 = rms_norm(self.smear(e))
         bigram = self.bigram(batch)
         x = x0 + self.bigram_weights[0] * bigram
-        skipped, saved = None, None
+        entering, saved = x, L - SAVED_RESIDUAL_READERS - 1
+        outputs = {}  # of the layers read later: the skip's source, the saved residual, the head's sources
         for i, (block, window) in enumerate(zip(self.blocks, self.layer_windows(windows))):
-            skip = (skipped, self.skip_lambda) if i == self.skip_to else None
+            skip = (outputs[self.skip_from], self.skip_lambda) if i == self.skip_to else None
             layer_bigram = (bigram, self.bigram_weights[i]) if i > 0 else None
-            x = block(x, x0, value_embeds[i], skip, layer_bigram, batch.seqs, window, saved)
-            if i == self.skip_from:
-                skipped = x
-            if i == L - SAVED_RESIDUAL_READERS - 1:
-                saved = x
-        return self.head(x, batch.targets)
+            x = block(x, x0, value_embeds[i], skip, layer_bigram, batch.seqs, window, outputs.get(saved))
+            if i in (self.skip_from, saved, *self.dense_layers):
+                outputs[i] = x
+        return self.head(x, [entering, *(outputs[i] for i in self.dense_layers), ve[0]], batch.targets)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -849,6 +873,8 @@ PARAMETER_TABLE = (
     ("value_embeds.*", ParamConfig("adam", lr_mul=75.0, wd_mul=5.0, betas=(0.75, 0.95))),
     ("bigram_embed.weight", ParamConfig("adam", lr_mul=75.0, wd_mul=5.0, betas=(0.75, 0.95))),
     ("smear_gate.weight", ParamConfig("adam", lr_mul=0.01, wd_mul=0.0)),
+    ("head.dense.bias", ParamConfig("adam", lr_mul=0.25, wd_mul=0.0)),
+    ("head.dense.*", ParamConfig("adam", lr_mul=0.25)),
     ("*", ParamConfig("adam", lr_mul=5.0, wd_mul=0.0)),  # scalars: mixing weights, the skip's lambda
 )
 

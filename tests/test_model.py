@@ -801,7 +801,7 @@ def test_head_builds_the_later_targets_and_the_prefix_targets_from_the_next_ones
     torch.manual_seed(0)
     prefix_tokens = torch.randint(0, 500, (500,), dtype=torch.int32)
     prefix_tokens[::3] = -1  # tokens without a prefix token
-    head = tg.Head(32, 500, fp8=False, prefix_tokens=prefix_tokens).double()
+    head = tg.Head(32, 500, fp8=False, prefix_tokens=prefix_tokens, initial_shares=[]).double()
     head.mtp_terms, head.prefix_term = 3, prefix_term
     weights = MTP_WEIGHTS + ((0.25,) if prefix_term else ())
     head.loss_weights[: len(weights)].copy_(torch.tensor(weights))
@@ -810,7 +810,7 @@ def test_head_builds_the_later_targets_and_the_prefix_targets_from_the_next_ones
     if prefix_term:
         targets = torch.cat([targets, prefix_tokens[targets[:, :1].long()]], dim=1)
         assert (targets[:, 3] == -1).any() and (targets[:, 3] >= 0).any()
-    head(x, targets[:, 0]).backward()
+    head(x, [], targets[:, 0]).backward()
     x2 = x.detach().clone().requires_grad_()
     w2 = head.weight.detach().clone().requires_grad_()
     reference_head_loss(tg.rms_norm(x2), w2, targets, weights).backward()
@@ -1084,6 +1084,29 @@ def test_one_skip_connection_from_layer_a_third_up_into_the_layer_without_attent
         block.residual_mix.copy_(torch.tensor([0.8, 0.3]))
     expected = 0.8 * (x + 0.5 * torch.sigmoid(skip_lambda) * h3) + 0.3 * x0
     assert torch.allclose(block.mix(x, x0, (h3, skip_lambda)), expected)
+
+
+def test_dense_connections_start_as_backout_and_compute_their_formula():
+    """The head's input: x + sum_i mu_i source_i, mu = 0.1 (W2 gelu(W1 x) + b) per token. At first (W2 zero)
+    exactly x - 0.5 h7; the sources are the stream entering layer 0, those after layers 3, 7, 9, and the
+    first value embedding; W2 gets a gradient at once."""
+    torch.manual_seed(0)
+    model = tg.GPT(tg.parse_args(["--smoke", "--num_layers", "11"]), fp8=False)
+    assert model.dense_layers == (3, 7, 9)
+    dense = model.head.dense
+    x, sources = torch.randn(16, 64), [torch.randn(16, 64) for _ in range(5)]
+    out = dense(x, sources)
+    assert torch.allclose(out, x - 0.5 * sources[2], atol=1e-6)
+    out.square().sum().backward()
+    assert dense.shares.weight.grad.abs().sum() > 0 and not dense.hidden.weight.grad.any()  # W2 is zero
+    with torch.no_grad():
+        dense.shares.weight.normal_()
+        dense.bias.normal_()
+    mu = 0.1 * (F.gelu(x @ dense.hidden.weight.T) @ dense.shares.weight.T + dense.bias)
+    expected = x + sum(mu[:, i : i + 1] * source for i, source in enumerate(sources))
+    assert torch.allclose(dense(x, sources), expected, atol=1e-5)
+    assert tg.param_config("head.dense.bias") == tg.ParamConfig("adam", lr_mul=0.25, wd_mul=0.0)
+    assert tg.param_config("head.dense.hidden.weight") == tg.ParamConfig("adam", lr_mul=0.25)
 
 
 def test_bigram_embedding_is_the_hashed_row_times_its_sign_pattern_and_starts_at_zero():
