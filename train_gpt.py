@@ -601,14 +601,17 @@ class Rotary(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, dim, head_dim, rotary, key_offset=False):
+    def __init__(self, dim, head_dim, rotary, key_offset=False, value_embed=False):
         super().__init__()
         self.num_heads, self.head_dim = dim // head_dim, head_dim
         self.key_offset = key_offset
         bound = 0.5 * 3**0.5 * dim**-0.5
         self.qkv = nn.Parameter(torch.empty(3, dim, dim).uniform_(-bound, bound))  # NorMuon sees q, k, v apart
         self.rotary = rotary
-        self.value_mix = nn.Parameter(torch.tensor([0.5, 0.5]))  # own values vs. value embedding
+        self.value_scale = nn.Parameter(torch.tensor(0.5))  # the own values' share
+        # with a value embedding, how much of it each head takes: 2 sigmoid(.) of x[:6] and the embedding's [:6],
+        # 1 at first (the public record's #55)
+        self.value_gate = CastedLinear(12, self.num_heads, zero_init=True) if value_embed else None
         self.gate = CastedLinear(12, self.num_heads, zero_init=True)  # per-head output gate from x[:12]
         self.xsa = nn.Parameter(torch.zeros(self.num_heads))  # exclusive self-attention per head, tanh'd: 0 is off
         self.out = CastedLinear(dim, dim)  # not zero, as the public record's #64: attention learns from step 0
@@ -622,9 +625,10 @@ class Attention(nn.Module):
         if self.key_offset:  # each key's position-free dimensions from the token before (public record #49)
             previous = torch.cat([k[:1], k[:-1]])
             k = torch.where(self.rotary.stationary, previous, k)
-        v = self.value_mix[0] * v
+        v = self.value_scale * v
         if value_embed is not None:
-            v = v + self.value_mix[1] * value_embed.view_as(v)
+            gate = 2 * torch.sigmoid(self.value_gate(torch.cat([x[:, :6], value_embed[:, :6]], dim=-1)))
+            v = v + gate.unsqueeze(-1) * value_embed.view_as(v)
         return q, k, v
 
     def finish(self, x, y, v):
@@ -655,10 +659,10 @@ class Block(nn.Module):
     gets compiled, so that windows and sequence boundaries, which change from batch to batch, never enter
     a compiled graph and cause recompiles."""
 
-    def __init__(self, dim, head_dim, rotary, fp8, attention=True, long_window=False):
+    def __init__(self, dim, head_dim, rotary, fp8, attention=True, long_window=False, value_embed=False):
         super().__init__()
         self.residual_mix = nn.Parameter(torch.tensor([1.0, 0.0]))  # residual stream vs. the embedding x0
-        self.attn = Attention(dim, head_dim, rotary, key_offset=long_window) if attention else None
+        self.attn = Attention(dim, head_dim, rotary, long_window, value_embed) if attention else None
         self.mlp = MLP(dim, fp8)
 
     def forward(self, x, x0, value_embed, skip, bigram, seqs, window, attend_from=None):
@@ -790,16 +794,18 @@ class GPT(nn.Module):
                              persistent=False)
         # before layer 0; after attention in 1, 2, ... (the entry of the layer without attention is unused)
         self.bigram_weights = nn.Parameter(torch.full((L,), 0.05))
-        # value embeddings feed the first and the last layers, mirrored as in a U-net; small at first, as the
-        # public record's (0.01, not nn.Embedding's 1): a token's value is not random noise before it is learnt
-        self.value_embeds = nn.ModuleList(nn.Embedding(args.vocab_size, dim) for _ in range(min(3, L // 2)))
+        # value embeddings, one for each of layers 1, 2 and the last three (the public record's); small at first
+        # (0.01, not nn.Embedding's 1): a token's value is not random noise before it is learnt
+        self.value_layers = sorted({1, 2, L - 3, L - 2, L - 1} - {L // 2 + 1})  # not the layer without attention
+        self.value_embeds = nn.ModuleList(nn.Embedding(args.vocab_size, dim) for _ in self.value_layers)
         for table in self.value_embeds:
             nn.init.normal_(table.weight, std=0.01)
         # the layer just past the middle does without attention (found by the public speedrun)
         # the first layer, the one a third of the way up and the last see the long window; the others the short
         self.long_layers = {0, L // 3, L - 1}
         self.blocks = nn.ModuleList(Block(dim, args.head_dim, self.rotary, fp8, attention=i != L // 2 + 1,
-                                          long_window=i in self.long_layers) for i in range(L))
+                                          long_window=i in self.long_layers, value_embed=i in self.value_layers)
+                                    for i in range(L))
         # one skip connection (the public record's #45): the output of layer L//3 joins the residual stream
         # entering the layer without attention, weighted 0.5 sigmoid(skip_lambda), 0.09 at first
         self.skip_from, self.skip_to = L // 3, L // 2 + 1
@@ -830,8 +836,9 @@ class GPT(nn.Module):
     def forward(self, batch, windows):
         """Summed cross-entropy of one packed micro-batch (a MicroBatch)."""
         L, inputs = len(self.blocks), batch.inputs
-        ve = [e(inputs) for e in self.value_embeds]
-        value_embeds = ve + [None] * (L - 2 * len(ve)) + ve
+        value_embeds = [None] * L
+        for layer, table in zip(self.value_layers, self.value_embeds):
+            value_embeds[layer] = table(inputs)
         embed = self.head.weight if self.tied else self.embed.weight
         e = F.embedding(inputs, embed).to(self.embed.weight.dtype)  # bf16 activations on GPU
         x0 = rms_norm(self.smear(e))
@@ -845,7 +852,8 @@ class GPT(nn.Module):
             x = block(x, x0, value_embeds[i], skip, layer_bigram, batch.seqs, window, outputs.get(saved))
             if i in (self.skip_from, saved, *self.dense_layers):
                 outputs[i] = x
-        return self.head(x, [entering, *(outputs[i] for i in self.dense_layers), ve[0]], batch.targets)
+        sources = [entering, *(outputs[i] for i in self.dense_layers), value_embeds[self.value_layers[0]]]
+        return self.head(x, sources, batch.targets)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -866,6 +874,7 @@ class ParamConfig:
 # learning rate by sqrt(max(1, rows / cols)) besides: 2 for the MLP's fc, whose proj gets 4 through lr_mul.
 PARAMETER_TABLE = (
     ("blocks.*.mlp.proj.weight", ParamConfig("normuon", lr_mul=4.0)),
+    ("blocks.*.attn.value_gate.weight", ParamConfig("adam")),
     ("blocks.*.weight", ParamConfig("normuon")),
     ("blocks.*.attn.qkv", ParamConfig("normuon")),
     ("head.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95))),
@@ -1631,9 +1640,9 @@ def artifacts_in_cache():
 
 
 def compile_regions(model):
-    # A region gets one graph per layer structure, grad mode and batch shape: before_attention has 7 layer
-    # structures (value embeddings, key offset, saved residual; layer 0 and the first reader of the saved
-    # residual, whose inputs alias), 28 graphs over a run's three training shapes and the validation one.
+    # A region gets one graph per layer structure, grad mode and batch shape: before_attention has 6 layer
+    # structures (value embeddings, key offset, saved residual, in the combinations the layers have), 24
+    # graphs over a run's three training shapes and the validation one.
     # Past the limit (dynamo's default is 8), the rest would silently run uncompiled.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     for block in model.blocks:

@@ -396,9 +396,10 @@ def test_every_parameter_has_one_table_row_and_matrices_go_to_normuon():
     assert adam.late is model.embed.weight and tg.param_config("embed.weight").late
     assert not in_adam & in_normuon and len(in_adam | in_normuon) == len(list(model.parameters()))
     for name, p in model.named_parameters():
-        assert (p in in_normuon) == (p.ndim >= 2 and name.startswith("blocks.")), name
+        assert (p in in_normuon) == (p.ndim >= 2 and name.startswith("blocks.") and "value_gate" not in name), name
     assert tg.param_config("blocks.3.mlp.proj.weight").lr_mul == 4.0
     assert tg.param_config("value_embeds.1.weight").betas == (0.75, 0.95)
+    assert tg.param_config("blocks.9.attn.value_gate.weight") == tg.ParamConfig("adam")
     assert tg.param_config("blocks.2.residual_mix").wd_mul == 0.0
 
 
@@ -1107,6 +1108,42 @@ def test_dense_connections_start_as_backout_and_compute_their_formula():
     assert torch.allclose(dense(x, sources), expected, atol=1e-5)
     assert tg.param_config("head.dense.bias") == tg.ParamConfig("adam", lr_mul=0.25, wd_mul=0.0)
     assert tg.param_config("head.dense.hidden.weight") == tg.ParamConfig("adam", lr_mul=0.25)
+
+
+def test_five_value_embeddings_feed_layers_1_2_and_the_last_three_through_per_head_gates():
+    """11 layers: one table each for layers 1, 2, 8, 9, 10, none elsewhere; each head's value is 0.5 v plus
+    2 sigmoid(W [x[:6], ve[:6]]) ve, the gate 1 at first (W zero)."""
+    torch.manual_seed(0)
+    model = tg.GPT(tg.parse_args(["--smoke", "--num_layers", "11"]), fp8=False)
+    assert model.value_layers == [1, 2, 8, 9, 10] and len(model.value_embeds) == 5
+    assert [b.attn is not None and b.attn.value_gate is not None for b in model.blocks] == [
+        i in (1, 2, 8, 9, 10) for i in range(11)]
+    seen = {}
+
+    def record(i):
+        def hook(module, args):
+            seen[i] = args[2]
+        return hook
+
+    for i, block in enumerate(model.blocks):
+        block.register_forward_pre_hook(record(i))
+    inputs = torch.randint(0, 50257, (64,), dtype=torch.int32)
+    model(micro_batch(inputs, inputs, tg.SequenceBoundaries(torch.tensor([0, 64], dtype=torch.int32), 64)), (64, 64))
+    for i in range(11):
+        if i in model.value_layers:
+            table = model.value_embeds[model.value_layers.index(i)]
+            assert torch.equal(seen[i], table(inputs))
+        else:
+            assert seen[i] is None
+    attn = model.blocks[9].attn
+    x, ve = tg.rms_norm(torch.randn(16, 64)), torch.randn(16, 64)
+    v_plain = tg.Attention.project(attn, x, None)[2]
+    assert torch.allclose(tg.Attention.project(attn, x, ve)[2], v_plain + ve.view(16, 2, 32), atol=1e-6)
+    with torch.no_grad():
+        attn.value_gate.weight.normal_()
+    gate = 2 * torch.sigmoid(torch.cat([x[:, :6], ve[:, :6]], dim=-1) @ attn.value_gate.weight.T)  # (16, heads)
+    expected = v_plain + gate[:, :, None] * ve.view(16, 2, 32)
+    assert torch.allclose(attn.project(x, ve)[2], expected, atol=1e-5)
 
 
 def test_bigram_embedding_is_the_hashed_row_times_its_sign_pattern_and_starts_at_zero():
