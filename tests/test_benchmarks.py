@@ -1,4 +1,7 @@
-"""The arithmetic of the benchmarks: exposed communication, proxy run seeds, step times from loss reads."""
+"""The arithmetic of the benchmarks: exposed communication, proxy run seeds, step times from loss reads, copies
+overlapping compute."""
+import json
+
 import pytest
 
 from benchmarks import loader_overlap, proxy_record, step_profile  # conftest puts the repo root on sys.path
@@ -38,3 +41,17 @@ def test_loader_overlap_step_time_is_the_median_pair_of_steps_between_loss_reads
     durations = [9, 9, 9, 1, 3, 1, 3, 1, 30, 1, 3]
     reads = [sum(durations[:k]) for k in range(len(durations) + 1)]
     assert loader_overlap.pair_step_time(reads, warmup=3) == 2
+
+
+def test_loader_overlap_counts_host_to_device_copies_that_overlap_a_kernel_on_another_stream(tmp_path):
+    event = lambda cat, name, ts, dur, tid: {"cat": cat, "name": name, "ts": ts, "dur": dur, "tid": tid}  # noqa: E731
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        event("kernel", "matmul", 0, 100, 7),
+        event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 50, 10, 13),   # under the kernel: counted
+        event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 200, 10, 13),  # nothing running
+        event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 20, 10, 7),    # same stream as the kernel
+        event("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 60, 10, 13),   # not the loader's copy
+        event("cpu_op", "aten::copy_", 0, 300, 1),
+    ]}))
+    assert loader_overlap.copies_overlapping_kernels(trace) == (1, 3)
