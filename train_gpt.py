@@ -80,7 +80,7 @@ class Hyperparameters:
     # run
     val_loss_every: int = 125  # validate every this many steps; 0: only at the start and the end
     warmup_steps: int = 3  # untimed steps per batch shape that compile and warm up kernels; their effect is undone
-    compile_cache: str = ".compile_cache"  # compiled kernels kept here for later runs; "" keeps none
+    compile_cache: str = ".compile_cache"  # compiled kernels and bytecode kept here for later runs; "" keeps none
     seed: int = 0  # seed of the initial weights
     smoke: bool = False  # start from SMOKE_SETTINGS: a CPU-sized run on data/sample
 
@@ -1596,15 +1596,21 @@ def write_log_header(log, run_id, args, world_size, device):
 
 
 def load_compile_cache(directory, log):
-    """Point Inductor's and Triton's on-disk caches into `directory` and load PyTorch's portable cache
-    artifacts from it, so that a later run, here or on a fresh machine given the same directory, skips
-    most of the compilation. The caches are keyed by content hashes: a stale entry is not used.
-    Artifacts that Inductor's cache already holds (it records their hash) are not loaded again: that took
-    about 5 s of every warm start, and cache hits are recorded for the next save as misses are."""
+    """Point Inductor's and Triton's on-disk caches and Python's bytecode cache into `directory` and load
+    PyTorch's portable cache artifacts from it, so that a later run, here or on a fresh machine given the
+    same directory, skips most of the compilation. The caches are keyed by content hashes: a stale entry
+    is not used. Artifacts that Inductor's cache already holds (it records their hash) are not loaded
+    again: that took about 5 s of every warm start, and cache hits are recorded for the next save as
+    misses are. Bytecode: the lent H100 machines install PyTorch without it and set
+    PYTHONDONTWRITEBYTECODE, so every start compiled the sources of the modules torch.compile imports
+    (7 s of building the model); from here on it is written to and read from `directory`/bytecode."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(path.resolve() / "inductor"))
     os.environ.setdefault("TRITON_CACHE_DIR", str(path.resolve() / "triton"))
+    sys.pycache_prefix, sys.dont_write_bytecode = str(path.resolve() / "bytecode"), False
+    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix  # compile workers too
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     artifacts = path / "artifacts.bin"
     if not artifacts.exists():
         return

@@ -941,12 +941,19 @@ def test_fp8_head_loss_matches_float_reference_on_cpu():
     assert rel(x.grad, x2.grad) < 0.1 and rel(w.grad, w2.grad) < 0.1
 
 
+@pytest.fixture
+def private_caches(monkeypatch):
+    """load_compile_cache sets the cache variables when unset and points Python's bytecode cache into the
+    directory: a private environment without them, and the interpreter's bytecode settings restored after."""
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.endswith("_CACHE_DIR")})
+    monkeypatch.setattr(sys, "pycache_prefix", sys.pycache_prefix)
+    monkeypatch.setattr(sys, "dont_write_bytecode", sys.dont_write_bytecode)
+
+
 @pytest.mark.parametrize("content", [None, b"not a cache", bytes(range(256)) * 16], ids=["none", "text", "binary"])
-def test_compile_cache_that_cannot_be_loaded_warns_and_goes_on(content, tmp_path, monkeypatch):
+def test_compile_cache_that_cannot_be_loaded_warns_and_goes_on(content, tmp_path, private_caches):
     """A missing artifacts.bin is a first run (no warning); a corrupt one must warn, not crash and not
     pass silently (PyTorch returns None for it rather than raising)."""
-    # load_compile_cache sets the cache variables when unset: give it a private environment without them
-    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.endswith("_CACHE_DIR")})
     if content is not None:
         (tmp_path / "artifacts.bin").write_bytes(content)
     messages = []
@@ -958,10 +965,9 @@ def test_compile_cache_that_cannot_be_loaded_warns_and_goes_on(content, tmp_path
         assert len(messages) == 1 and messages[0].startswith("warning: compile cache")
 
 
-def test_compile_cache_loads_artifacts_once_into_the_caches_that_hold_them(tmp_path, monkeypatch):
+def test_compile_cache_loads_artifacts_once_into_the_caches_that_hold_them(tmp_path, monkeypatch, private_caches):
     """Artifacts already loaded into (or saved from) Inductor's cache are not loaded again; new ones are, and
     so are the same ones into a cache that was wiped."""
-    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.endswith("_CACHE_DIR")})
     loads = []
     monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda content: loads.append(content) or "info")
     monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"saved", "info"))
@@ -978,6 +984,21 @@ def test_compile_cache_loads_artifacts_once_into_the_caches_that_hold_them(tmp_p
     shutil.rmtree(tmp_path / "inductor")
     tg.load_compile_cache(tmp_path, print)
     assert loads[-1] == b"saved" and len(loads) == 3
+
+
+def test_compile_cache_keeps_the_bytecode_of_modules_imported_after_it(tmp_path):
+    """Under PYTHONDONTWRITEBYTECODE (as on the lent GPU machines) a module imported after the cache is set up
+    has its bytecode written into the cache directory, not beside its source; its child processes inherit it."""
+    (tmp_path / "probe_module.py").write_text("VALUE = 1\n")
+    code = ("import os, sys, train_gpt as tg; tg.load_compile_cache(sys.argv[1] + '/cache', print); "
+            "sys.path.insert(0, sys.argv[1]); import probe_module; "
+            "print(os.environ['PYTHONPYCACHEPREFIX'], 'PYTHONDONTWRITEBYTECODE' in os.environ)")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(tmp_path.resolve() / "cache" / "bytecode"), "False"]
+    assert len(list((tmp_path / "cache" / "bytecode").rglob("probe_module.*.pyc"))) == 1
+    assert not (tmp_path / "__pycache__").exists()
 
 
 def test_key_offset_takes_the_position_free_dimensions_from_the_previous_token():
