@@ -1054,23 +1054,32 @@ def test_smear_adds_a_gated_share_of_the_previous_token_and_starts_as_a_no_op():
     assert tg.param_config("smear_gate.weight").lr_mul == 0.01 and tg.param_config("smear_lambda").wd_mul == 0
 
 
+def block_calls(model):
+    """Run the model on one document of 64 random tokens; return the tokens and, per layer, the arguments its
+    block was called with and what it returned."""
+    args, outputs = {}, {}
+
+    def record(i):
+        def hook(module, block_args, out):
+            args[i], outputs[i] = block_args, out
+        return hook
+
+    hooks = [block.register_forward_hook(record(i)) for i, block in enumerate(model.blocks)]
+    inputs = torch.randint(0, 50257, (64,), dtype=torch.int32)
+    model(micro_batch(inputs, inputs, tg.SequenceBoundaries(torch.tensor([0, 64], dtype=torch.int32), 64)), (64, 64))
+    for hook in hooks:
+        hook.remove()
+    return inputs, args, outputs
+
+
 def test_the_last_layers_attend_from_the_residual_saved_before_them():
     """With 8 layers, layers 5-7 get the residual stream after layer 4 to attend from (layer 5 has no
     attention, so 6 and 7 use it); their queries, keys and values come from it, their residual goes on."""
     torch.manual_seed(0)
     model = tg.GPT(tg.parse_args(["--smoke", "--num_layers", "8"]), fp8=False)
     randomise_zero_initialised(model)
-    seen, outputs = {}, {}
-
-    def record(i):
-        def hook(module, args, out):
-            seen[i], outputs[i] = args[7], out
-        return hook
-
-    for i, block in enumerate(model.blocks):
-        block.register_forward_hook(record(i))
-    inputs = torch.randint(0, 50257, (64,), dtype=torch.int32)
-    model(micro_batch(inputs, inputs, tg.SequenceBoundaries(torch.tensor([0, 64], dtype=torch.int32), 64)), (64, 64))
+    _, args, outputs = block_calls(model)
+    seen = {i: block_args[7] for i, block_args in args.items()}
     assert all(seen[i] is None for i in range(5)) and all(seen[i] is outputs[4] for i in range(5, 8))
     block, x, x0, source = model.blocks[7], torch.randn(16, 64), torch.randn(16, 64), torch.randn(16, 64)
     skip = (torch.randn(16, 64), torch.tensor(0.3))
@@ -1086,17 +1095,8 @@ def test_one_skip_connection_from_layer_a_third_up_into_the_layer_without_attent
     torch.manual_seed(0)
     model = tg.GPT(tg.parse_args(["--smoke", "--num_layers", "11"]), fp8=False)
     randomise_zero_initialised(model)
-    skips, outputs = {}, {}
-
-    def record(i):
-        def hook(module, args, out):
-            skips[i], outputs[i] = args[3], out
-        return hook
-
-    for i, block in enumerate(model.blocks):
-        block.register_forward_hook(record(i))
-    inputs = torch.randint(0, 50257, (64,), dtype=torch.int32)
-    model(micro_batch(inputs, inputs, tg.SequenceBoundaries(torch.tensor([0, 64], dtype=torch.int32), 64)), (64, 64))
+    _, args, outputs = block_calls(model)
+    skips = {i: block_args[3] for i, block_args in args.items()}
     assert model.blocks[6].attn is None and all(skips[i] is None for i in range(11) if i != 6)
     activations, skip_lambda = skips[6]
     assert activations is outputs[3] and skip_lambda is model.skip_lambda
@@ -1139,17 +1139,8 @@ def test_five_value_embeddings_feed_layers_1_2_and_the_last_three_through_per_he
     assert model.value_layers == [1, 2, 8, 9, 10] and len(model.value_embeds) == 5
     assert [b.attn is not None and b.attn.value_gate is not None for b in model.blocks] == [
         i in (1, 2, 8, 9, 10) for i in range(11)]
-    seen = {}
-
-    def record(i):
-        def hook(module, args):
-            seen[i] = args[2]
-        return hook
-
-    for i, block in enumerate(model.blocks):
-        block.register_forward_pre_hook(record(i))
-    inputs = torch.randint(0, 50257, (64,), dtype=torch.int32)
-    model(micro_batch(inputs, inputs, tg.SequenceBoundaries(torch.tensor([0, 64], dtype=torch.int32), 64)), (64, 64))
+    inputs, args, _ = block_calls(model)
+    seen = {i: block_args[2] for i, block_args in args.items()}
     for i in range(11):
         if i in model.value_layers:
             table = model.value_embeds[model.value_layers.index(i)]
