@@ -79,7 +79,7 @@ class Hyperparameters:
     adam_wd: float = 0.005  # Adam's weight decay: each step decays by lr^2 * adam_wd
     # run
     val_loss_every: int = 125  # validate every this many steps; 0: only at the start and the end
-    warmup_steps: int = 3  # untimed steps per batch shape that compile and warm up kernels; their effect is undone
+    warmup_steps: int = 2  # untimed steps per batch shape: compile, then capture CUDA graphs; their effect is undone
     compile_cache: str = ".compile_cache"  # compiled kernels and bytecode kept here for later runs; "" keeps none
     seed: int = 0  # seed of the initial weights
     smoke: bool = False  # start from SMOKE_SETTINGS: a CPU-sized run on data/sample
