@@ -18,6 +18,7 @@ import hashlib
 import inspect
 import json
 import math
+import multiprocessing
 import os
 import platform
 import re
@@ -1728,18 +1729,24 @@ class MicroStepGraphs:
         return graph, static, loss
 
 
-def train_step(model, micro_batches, adam, normuon, step, args, world_size):
-    """One optimizer step over a step's micro-batches; returns the mean loss per token (a device scalar).
-    Adam steps on odd steps only, on the gradients of two steps."""
-    if step > untie_step(args) and adam.late is not None:  # the first untied step (benchmarks skip steps)
-        adam.untie(model.head.weight)  # the embedding, Adam's late parameter, starts as the head's copy
+def set_step_state(model, step, args):
+    """Give the model what the schedules say for training step `step` (tie state, the head's loss terms and
+    weights, rotary's stretch); returns the step's attention windows."""
     model.tied = step <= untie_step(args)
     mtp, prefix = loss_weights(step, args)
     model.head.mtp_terms, model.head.prefix_term = len(mtp), bool(prefix)
     for k, weight in enumerate(mtp + prefix):
         model.head.loss_weights[k].fill_(weight)  # a fill, not a copy from the host: a copy would wait for the GPU
     model.rotary.stretch(yarn_windows(step, args))
-    windows = attention_windows(step, args)
+    return attention_windows(step, args)
+
+
+def train_step(model, micro_batches, adam, normuon, step, args, world_size):
+    """One optimizer step over a step's micro-batches; returns the mean loss per token (a device scalar).
+    Adam steps on odd steps only, on the gradients of two steps."""
+    if step > untie_step(args) and adam.late is not None:  # the first untied step (benchmarks skip steps)
+        adam.untie(model.head.weight)  # the embedding, Adam's late parameter, starts as the head's copy
+    windows = set_step_state(model, step, args)
     loss = torch.zeros((), device=micro_batches[0].inputs.device)
     for micro in micro_batches:
         loss += forward_backward(model, micro, windows) if model.graphs is None else model.graphs(micro, windows)
@@ -1807,6 +1814,77 @@ def train_shape(args, world_size, stage):
     return BatchShape(int(micro), stage.max_seq_len, int(batch // (world_size * micro)))
 
 
+def warmed_up_stages(args, shapes):
+    """The stages whose first steps the warm-up runs: each that brings a new batch shape."""
+    return [i for i in range(len(shapes)) if i == 0 or shapes[i] != shapes[i - 1]] if args.warmup_steps else []
+
+
+def precompile(args, device, shapes, val_shape, stages):
+    """The work of a helper process at a cold start (see Precompiler): compile the regions at the batch shapes
+    of `stages` (indices of TRAINING_STAGES; None: the validation shape) into the compile cache that the
+    training process reads, by running the forward and backward pass of one micro-batch at each of the stage's
+    warm-up steps, in the training process's state there. No optimizer and no CUDA graphs: they compile
+    nothing. The cache directories come with the environment, set before the process was started."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    model = build_model(args, device, world_size=1)
+    model.graphs = None
+    for stage in stages:
+        if stage is None:
+            source = ValSource(args.val_files, args.val_seq_tokens, args.val_seq_tokens, 0, 1)
+            (micro,) = PrefetchLoader(source, device).send(val_shape)
+            with torch.no_grad():
+                model.rotary.stretch(yarn_windows(0, args))
+                model(micro, attention_windows(0, args))
+            continue
+        source = TrainSource(args.train_files, 0, 1, args.repeat_train_files)
+        micro = PrefetchLoader(source, device).send(shapes[stage])[0]
+        start = stage_starts(args)[stage]
+        for step in range(start, start + args.warmup_steps):
+            forward_backward(model, micro, set_step_state(model, step, args))
+
+
+class Precompiler:
+    """A cold start compiles every region at four batch shapes (three stages and validation) one after another,
+    and each takes 40 s on an H100, almost all of it compilation in this one process. Dynamo cannot compile in
+    several threads, so on a cold start (no compile cache artifacts yet) helper processes on this node's first
+    GPU compile the later stages' shapes, the validation shape with the last, into the on-disk compile cache,
+    while this process warms up the first stage. The warm-up of a later stage first waits for its helper (every
+    rank, at a barrier), then loads what it compiled. A helper that fails costs nothing but its time: the
+    warm-up compiles here, as without helpers. Memory: a helper holds a model and one micro-batch's
+    activations, no optimizer."""
+
+    def __init__(self, args, device, shapes, val_shape, log):
+        self.helpers, self.log = {}, log
+        later = warmed_up_stages(args, shapes)[1:]
+        jobs = [[stage] for stage in later]
+        if jobs:
+            jobs[-1].append(None)
+        spawns = int(os.environ.get("LOCAL_RANK", 0)) == 0
+        context = multiprocessing.get_context("spawn")  # a fork would copy this process's CUDA state
+        for job in jobs:
+            name = "precompile " + " and ".join("validation" if s is None else f"stage {s}" for s in job)
+            helper = context.Process(target=precompile, args=(args, device, shapes, val_shape, job),
+                                     name=name) if spawns else None
+            if helper is not None:
+                helper.start()
+                log(f"{name}: a helper process started (cold compile cache)")
+            self.helpers.update({stage: helper for stage in job})
+
+    def wait(self, stage, world_size):
+        """Before the warm-up of `stage` (None: validation): wait until its helper has finished. Every rank
+        calls it for the same stages: the ranks without helpers meet the others at the barrier."""
+        if stage not in self.helpers:
+            return
+        helper = self.helpers.pop(stage)
+        if helper is not None and helper.exitcode is None:
+            helper.join()
+            if helper.exitcode:
+                self.log(f"warning: {helper.name} failed (exit code {helper.exitcode}); its shapes compile here")
+        if world_size > 1:
+            dist.barrier()
+
+
 def train(args, rank, world_size, device, log, startup):
     """The run: start-up (its phases' seconds added to `startup`), training, validation, the final lines."""
     cuda = device.type == "cuda"
@@ -1814,8 +1892,12 @@ def train(args, rank, world_size, device, log, startup):
     val_shape = BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
 
     clock = time.perf_counter()
+    precompiler = None
     if cuda and args.compile_cache:
+        cold = not (Path(args.compile_cache) / "artifacts.bin").exists()
         load_compile_cache(args.compile_cache, log)
+        if cold and args.warmup_steps:
+            precompiler = Precompiler(args, device, shapes, val_shape, log)
         startup["compile cache"] = time.perf_counter() - clock
     clock = time.perf_counter()
     model = build_model(args, device, world_size)
@@ -1846,15 +1928,18 @@ def train(args, rank, world_size, device, log, startup):
     # with a new shape), untimed; then undo its effects.
     initial_state = {k: v.clone() for k, v in model.state_dict().items()}
     adam, normuon = make_optimizers(model, args, world_size)
-    for i, start in enumerate(stage_starts(args) if args.warmup_steps else []):
-        if i > 0 and shapes[i] == shapes[i - 1]:
-            continue
+    for i in warmed_up_stages(args, shapes):
         clock = time.perf_counter()
+        if precompiler is not None:
+            precompiler.wait(i, world_size)
+        start = stage_starts(args)[i]
         for step in range(start, start + args.warmup_steps):
             train_step(model, step_batch(step), adam, normuon, step, args, world_size).item()
         startup[f"warm-up stage {i}"] = time.perf_counter() - clock
     if args.warmup_steps:
         clock = time.perf_counter()
+        if precompiler is not None:
+            precompiler.wait(None, world_size)
         evaluate(0, num_batches=min(1, val_source.batches_for_rank(rank)))  # compiles the validation shape
         startup["validation warm-up"] = time.perf_counter() - clock
         if cuda and args.compile_cache and rank == 0:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import train_gpt as tg
 from conftest import check_nan_stops_the_run, random_documents
@@ -175,3 +176,32 @@ def test_startup_line_splits_the_start_up_into_phases_that_add_up(workdir):
     seconds = [float(value.removesuffix("s")) for _, value in phases]
     *parts, total = seconds
     assert sum(parts) - 0.05 * len(parts) <= total <= sum(parts) + 0.1 * total + 0.5
+
+
+def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(workdir, monkeypatch):
+    """A cold start's helper process compiles stages 1 and 2 and validation for the warm-up to load: it must run
+    the forward passes the warm-up runs there, at the same batch shapes and in the same compiled-graph states
+    (windows, tie state, the head's loss terms, grad mode). Run here in this process, on the CPU. Three warm-up
+    steps, so that stage 2's (16-18) pass the untie step (17)."""
+    calls, forward = [], tg.GPT.forward
+
+    def recorded(model, batch, windows):
+        head = model.head
+        calls.append((batch.inputs.numel(), windows, model.tied, head.mtp_terms, head.prefix_term,
+                       torch.is_grad_enabled()))
+        return forward(model, batch, windows)
+    monkeypatch.setattr(tg.GPT, "forward", recorded)
+    flags = QUICK + ["--warmup_steps", "3"]
+    assert tg.main(flags) == 0
+    args = tg.parse_args(flags)
+    shapes = [tg.train_shape(args, 1, stage) for stage in tg.TRAINING_STAGES]
+    assert tg.warmed_up_stages(args, shapes) == [0, 1, 2]  # stage 3 has stage 2's shape
+    passes = [3 * shape.accum_steps for shape in shapes[:3]]  # forward passes of each stage's warm-up
+    warm_up = calls[passes[0]: sum(passes) + 1]  # stages 1 and 2, and the validation warm-up's pass
+    assert warm_up[-1][-1] is False and {call[2] for call in warm_up} == {True, False}
+
+    calls.clear()
+    val_shape = tg.BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
+    tg.precompile(args, torch.device("cpu"), shapes, val_shape, [1, 2, None])
+    assert len(calls) == 3 + 3 + 1  # one micro-batch per warm-up step, one validation batch
+    assert set(calls) == set(warm_up)
