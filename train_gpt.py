@@ -33,6 +33,7 @@ from typing import Optional
 
 import numpy as np
 import torch
+import torch._inductor.config
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
@@ -1652,6 +1653,10 @@ def compile_regions(model):
     # graphs over a run's three training shapes and the validation one.
     # Past the limit (dynamo's default is 8), the rest would silently run uncompiled.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    # Inductor gives some reduction kernels (those fused with RMSNorm here) a second variant, half the reduction
+    # block, at their first run and benchmarks the two: at every start, as it caches no choice for them (42
+    # kernels, 2.75 s of a warm start on an H100). Each keeps its first variant instead.
+    torch._inductor.config.dynamic_scale_rblock = False
     for block in model.blocks:
         block.compile()
     model.head.compile(dynamic=False)
