@@ -1605,7 +1605,8 @@ def load_compile_cache(directory, log):
     again: that took about 5 s of every warm start, and cache hits are recorded for the next save as
     misses are. Bytecode: the lent H100 machines install PyTorch without it and set
     PYTHONDONTWRITEBYTECODE, so every start compiled the sources of the modules torch.compile imports
-    (7 s of building the model); from here on it is written to and read from `directory`/bytecode."""
+    (7 s of building the model); from here on it is written to and read from `directory`/bytecode.
+    Returns whether the directory held artifacts: False is a cold start."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(path.resolve() / "inductor"))
@@ -1615,11 +1616,11 @@ def load_compile_cache(directory, log):
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     artifacts = path / "artifacts.bin"
     if not artifacts.exists():
-        return
+        return False
     content = artifacts.read_bytes()
     digest, record = hashlib.sha256(content).hexdigest(), artifacts_in_cache()
     if record.exists() and record.read_text() == digest:
-        return
+        return True
     try:  # a corrupt file makes PyTorch log a warning of its own and return None; or it raises
         problem = "unreadable" if torch.compiler.load_cache_artifacts(content) is None else None
     except Exception as error:
@@ -1628,6 +1629,7 @@ def load_compile_cache(directory, log):
         log(f"warning: compile cache {artifacts} could not be loaded ({problem}); compiling from scratch")
     else:
         record.write_text(digest)
+    return True
 
 
 def save_compile_cache(directory):
@@ -1819,9 +1821,11 @@ def train_shape(args, world_size, stage):
     return BatchShape(int(micro), stage.max_seq_len, int(batch // (world_size * micro)))
 
 
-def warmed_up_stages(args, shapes):
-    """The stages whose first steps the warm-up runs: each that brings a new batch shape."""
-    return [i for i in range(len(shapes)) if i == 0 or shapes[i] != shapes[i - 1]] if args.warmup_steps else []
+def warm_up_steps(args, shapes):
+    """The steps the warm-up runs, by stage: the first warmup_steps of each stage that brings a new batch shape."""
+    starts = stage_starts(args)
+    return {i: range(starts[i], starts[i] + args.warmup_steps) for i in range(len(shapes))
+            if args.warmup_steps and (i == 0 or shapes[i] != shapes[i - 1])}
 
 
 def precompile(args, device, shapes, val_shape, stages):
@@ -1844,8 +1848,7 @@ def precompile(args, device, shapes, val_shape, stages):
             continue
         source = TrainSource(args.train_files, 0, 1, args.repeat_train_files)
         micro = PrefetchLoader(source, device).send(shapes[stage])[0]
-        start = stage_starts(args)[stage]
-        for step in range(start, start + args.warmup_steps):
+        for step in warm_up_steps(args, shapes)[stage]:
             forward_backward(model, micro, set_step_state(model, step, args))
 
 
@@ -1861,7 +1864,7 @@ class Precompiler:
 
     def __init__(self, args, device, shapes, val_shape, log):
         self.helpers, self.log = {}, log
-        later = warmed_up_stages(args, shapes)[1:]
+        later = list(warm_up_steps(args, shapes))[1:]
         jobs = [[stage] for stage in later]
         if jobs:
             jobs[-1].append(None)
@@ -1899,8 +1902,7 @@ def train(args, rank, world_size, device, log, startup):
     clock = time.perf_counter()
     precompiler = None
     if cuda and args.compile_cache:
-        cold = not (Path(args.compile_cache) / "artifacts.bin").exists()
-        load_compile_cache(args.compile_cache, log)
+        cold = not load_compile_cache(args.compile_cache, log)
         if cold and args.warmup_steps:
             precompiler = Precompiler(args, device, shapes, val_shape, log)
         startup["compile cache"] = time.perf_counter() - clock
@@ -1933,12 +1935,11 @@ def train(args, rank, world_size, device, log, startup):
     # with a new shape), untimed; then undo its effects.
     initial_state = {k: v.clone() for k, v in model.state_dict().items()}
     adam, normuon = make_optimizers(model, args, world_size)
-    for i in warmed_up_stages(args, shapes):
+    for i, steps in warm_up_steps(args, shapes).items():
         clock = time.perf_counter()
         if precompiler is not None:
             precompiler.wait(i, world_size)
-        start = stage_starts(args)[i]
-        for step in range(start, start + args.warmup_steps):
+        for step in steps:
             train_step(model, step_batch(step), adam, normuon, step, args, world_size).item()
         startup[f"warm-up stage {i}"] = time.perf_counter() - clock
     if args.warmup_steps:

@@ -195,7 +195,7 @@ def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(workdir, mo
     assert tg.main(flags) == 0
     args = tg.parse_args(flags)
     shapes = [tg.train_shape(args, 1, stage) for stage in tg.TRAINING_STAGES]
-    assert tg.warmed_up_stages(args, shapes) == [0, 1, 2]  # stage 3 has stage 2's shape
+    assert list(tg.warm_up_steps(args, shapes)) == [0, 1, 2]  # stage 3 has stage 2's shape
     passes = [3 * shape.accum_steps for shape in shapes[:3]]  # forward passes of each stage's warm-up
     warm_up = calls[passes[0]: sum(passes) + 1]  # stages 1 and 2, and the validation warm-up's pass
     assert warm_up[-1][-1] is False and {call[2] for call in warm_up} == {True, False}

@@ -952,12 +952,12 @@ def private_caches(monkeypatch):
 
 @pytest.mark.parametrize("content", [None, b"not a cache", bytes(range(256)) * 16], ids=["none", "text", "binary"])
 def test_compile_cache_that_cannot_be_loaded_warns_and_goes_on(content, tmp_path, private_caches):
-    """A missing artifacts.bin is a first run (no warning); a corrupt one must warn, not crash and not
-    pass silently (PyTorch returns None for it rather than raising)."""
+    """A missing artifacts.bin is a first run (no warning, reported as cold); a corrupt one must warn, not crash
+    and not pass silently (PyTorch returns None for it rather than raising)."""
     if content is not None:
         (tmp_path / "artifacts.bin").write_bytes(content)
     messages = []
-    tg.load_compile_cache(tmp_path, messages.append)
+    assert tg.load_compile_cache(tmp_path, messages.append) == (content is not None)
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path.resolve() / "inductor")
     if content is None:
         assert messages == []
