@@ -5,9 +5,21 @@ One file, read top to bottom: hyperparameters, kernels, model, optimizers, data,
     python train_gpt.py --smoke                                    a tiny run on data/sample, on the CPU
 Every hyperparameter is a flag (--help lists them): --scheduled_steps 187 --train_files "data/x_*.bin".
 """
+import os
+import sys
 import time
+from pathlib import Path
 
 PROCESS_START = time.perf_counter()  # for the start-up time split in the log
+
+if __name__ == "__main__" and sys.dont_write_bytecode and sys.pycache_prefix is None:
+    # Before torch is imported. The lent H100 machines install PyTorch without bytecode and set
+    # PYTHONDONTWRITEBYTECODE, so every start compiled torch's sources again: 4 s of `import torch` and 7 s of
+    # building the model (the modules torch.compile imports). Bytecode is kept in .bytecode beside this file
+    # instead, for this process and the ones it starts (helpers, compile workers).
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"] = str(Path(__file__).resolve().with_name(".bytecode"))
+    sys.dont_write_bytecode = False
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 import argparse
 import bisect
@@ -19,16 +31,13 @@ import inspect
 import json
 import math
 import multiprocessing
-import os
 import platform
 import re
 import subprocess
-import sys
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -82,7 +91,7 @@ class Hyperparameters:
     # run
     val_loss_every: int = 125  # validate every this many steps; 0: only at the start and the end
     warmup_steps: int = 2  # untimed steps per batch shape: compile, then capture CUDA graphs; their effect is undone
-    compile_cache: str = ".compile_cache"  # compiled kernels and bytecode kept here for later runs; "" keeps none
+    compile_cache: str = ".compile_cache"  # compiled kernels kept here for later runs; "" keeps none
     seed: int = 0  # seed of the initial weights
     smoke: bool = False  # start from SMOKE_SETTINGS: a CPU-sized run on data/sample
 
@@ -1598,22 +1607,16 @@ def write_log_header(log, run_id, args, world_size, device):
 
 
 def load_compile_cache(directory, log):
-    """Point Inductor's and Triton's on-disk caches and Python's bytecode cache into `directory` and load
-    PyTorch's portable cache artifacts from it, so that a later run, here or on a fresh machine given the
-    same directory, skips most of the compilation. The caches are keyed by content hashes: a stale entry
-    is not used. Artifacts that Inductor's cache already holds (it records their hash) are not loaded
-    again: that took about 5 s of every warm start, and cache hits are recorded for the next save as
-    misses are. Bytecode: the lent H100 machines install PyTorch without it and set
-    PYTHONDONTWRITEBYTECODE, so every start compiled the sources of the modules torch.compile imports
-    (7 s of building the model); from here on it is written to and read from `directory`/bytecode.
-    Returns whether the directory held artifacts: False is a cold start."""
+    """Point Inductor's and Triton's on-disk caches into `directory` and load PyTorch's portable cache
+    artifacts from it, so that a later run, here or on a fresh machine given the same directory, skips most
+    of the compilation. The caches are keyed by content hashes: a stale entry is not used. Artifacts that
+    Inductor's cache already holds (it records their hash) are not loaded again: that took about 5 s of every
+    warm start, and cache hits are recorded for the next save as misses are. Returns whether the directory
+    held artifacts: False is a cold start."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(path.resolve() / "inductor"))
     os.environ.setdefault("TRITON_CACHE_DIR", str(path.resolve() / "triton"))
-    sys.pycache_prefix, sys.dont_write_bytecode = str(path.resolve() / "bytecode"), False
-    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix  # compile workers too
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     artifacts = path / "artifacts.bin"
     if not artifacts.exists():
         return False

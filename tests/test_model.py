@@ -943,11 +943,8 @@ def test_fp8_head_loss_matches_float_reference_on_cpu():
 
 @pytest.fixture
 def private_caches(monkeypatch):
-    """load_compile_cache sets the cache variables when unset and points Python's bytecode cache into the
-    directory: a private environment without them, and the interpreter's bytecode settings restored after."""
+    """load_compile_cache sets the cache variables when unset: a private environment without them."""
     monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.endswith("_CACHE_DIR")})
-    monkeypatch.setattr(sys, "pycache_prefix", sys.pycache_prefix)
-    monkeypatch.setattr(sys, "dont_write_bytecode", sys.dont_write_bytecode)
 
 
 @pytest.mark.parametrize("content", [None, b"not a cache", bytes(range(256)) * 16], ids=["none", "text", "binary"])
@@ -986,18 +983,22 @@ def test_compile_cache_loads_artifacts_once_into_the_caches_that_hold_them(tmp_p
     assert loads[-1] == b"saved" and len(loads) == 3
 
 
-def test_compile_cache_keeps_the_bytecode_of_modules_imported_after_it(tmp_path):
-    """Under PYTHONDONTWRITEBYTECODE (as on the lent GPU machines) a module imported after the cache is set up
-    has its bytecode written into the cache directory, not beside its source; its child processes inherit it."""
-    (tmp_path / "probe_module.py").write_text("VALUE = 1\n")
-    code = ("import os, sys, train_gpt as tg; tg.load_compile_cache(sys.argv[1] + '/cache', print); "
-            "sys.path.insert(0, sys.argv[1]); import probe_module; "
-            "print(os.environ['PYTHONPYCACHEPREFIX'], 'PYTHONDONTWRITEBYTECODE' in os.environ)")
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout.split()
-    assert out == [str(tmp_path.resolve() / "cache" / "bytecode"), "False"]
-    assert len(list((tmp_path / "cache" / "bytecode").rglob("probe_module.*.pyc"))) == 1
+def test_a_run_keeps_bytecode_beside_the_script_from_before_torch_is_imported(tmp_path):
+    """Under PYTHONDONTWRITEBYTECODE (as on the lent GPU machines) the script, run as a program, has the
+    bytecode of torch itself written into .bytecode beside it, not beside the sources, and its child processes
+    inherit that. Imported as a module (tests, benchmarks), it leaves the interpreter's settings alone."""
+    script = tmp_path / "train_gpt.py"
+    shutil.copy(ROOT / "train_gpt.py", script)
+    code = ("import os, runpy, sys; run_name = sys.argv.pop(); sys.argv = [sys.argv[1], '--help']\n"
+            "try: runpy.run_path(sys.argv[0], run_name=run_name)\n"
+            "except SystemExit: pass\n"
+            "print(os.environ.get('PYTHONPYCACHEPREFIX'), 'PYTHONDONTWRITEBYTECODE' in os.environ)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"} | {"PYTHONDONTWRITEBYTECODE": "1"}
+    for run_name, expected in [("imported", ["None", "True"]), ("__main__", [str(tmp_path / ".bytecode"), "False"])]:
+        out = subprocess.run([sys.executable, "-c", code, str(script), run_name], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, check=True).stdout.split()
+        assert out[-2:] == expected
+    assert len(list((tmp_path / ".bytecode").rglob("torch/__init__.*.pyc"))) == 1
     assert not (tmp_path / "__pycache__").exists()
 
 
