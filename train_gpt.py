@@ -1747,6 +1747,12 @@ def set_step_state(model, step, args):
     model.head.mtp_terms, model.head.prefix_term = len(mtp), bool(prefix)
     for k, weight in enumerate(mtp + prefix):
         model.head.loss_weights[k].fill_(weight)  # a fill, not a copy from the host: a copy would wait for the GPU
+    return stretch_and_windows(model, step, args)
+
+
+def stretch_and_windows(model, step, args):
+    """Stretch rotary for step `step` (YaRN) and return its attention windows: what training and validation
+    there have in common."""
     model.rotary.stretch(yarn_windows(step, args))
     return attention_windows(step, args)
 
@@ -1846,8 +1852,7 @@ def precompile(args, device, shapes, val_shape, stages):
             source = ValSource(args.val_files, args.val_seq_tokens, args.val_seq_tokens, 0, 1)
             (micro,) = PrefetchLoader(source, device).send(val_shape)
             with torch.no_grad():
-                model.rotary.stretch(yarn_windows(0, args))
-                model(micro, attention_windows(0, args))
+                model(micro, stretch_and_windows(model, 0, args))
             continue
         source = TrainSource(args.train_files, 0, 1, args.repeat_train_files)
         micro = PrefetchLoader(source, device).send(shapes[stage])[0]
@@ -1923,8 +1928,7 @@ def train(args, rank, world_size, device, log, startup):
 
     @torch.no_grad()
     def evaluate(step, num_batches=val_source.batches_for_rank(rank), bar=None):
-        model.rotary.stretch(yarn_windows(step, args))
-        loss, windows = torch.zeros((), device=device), attention_windows(step, args)
+        loss, windows = torch.zeros((), device=device), stretch_and_windows(model, step, args)
         for _ in range(num_batches):
             (micro,) = val_loader.send(val_shape)
             loss += model(micro, windows)
