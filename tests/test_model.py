@@ -710,9 +710,11 @@ def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
     """Windows that grow, batches of different documents, value embeddings and the skip connection present or
     not, the layer without attention and validation's grad mode must not multiply a compiled region's
     variants past the limit that compile_regions sets: past it, dynamo runs them uncompiled, a silent
-    slowdown. Every variant must compute what the uncompiled model computes. Inductor's CPU backend
-    compiles here: about a minute."""
+    slowdown. Every variant must compute what the uncompiled model computes. And every graph must be one that
+    AOTAutograd's cache can keep (the head's loss and the MLP are autograd Functions): a graph it bypasses is
+    traced again at every warm start. Inductor's CPU backend compiles here: about a minute."""
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
     args = tg.parse_args(["--smoke", "--num_layers", "12", "--model_dim", "64", "--head_dim", "32"])
     model = tg.GPT(args, fp8=False)
     randomise_zero_initialised(model)
@@ -738,6 +740,8 @@ def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
                 with torch.no_grad():
                     losses = [m(val, windows) for m in (model, eager)]
                 assert torch.allclose(*losses, rtol=1e-5)
+        aot = torch._dynamo.utils.counters["aot_autograd"]
+        assert aot["autograd_cache_bypass"] == 0 and aot["autograd_cache_miss"] + aot["autograd_cache_hit"] > 0
     finally:
         torch._dynamo.reset()
 
