@@ -22,6 +22,7 @@ if __name__ == "__main__" and sys.dont_write_bytecode and sys.pycache_prefix is 
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 import argparse
+import atexit
 import bisect
 import dataclasses
 import fnmatch
@@ -1892,6 +1893,14 @@ class Precompiler:
                 helper.start()
                 log(f"{name}: a helper process started (cold compile cache)")
             self.helpers.update({stage: helper for stage in job})
+        atexit.register(self.stop)  # before multiprocessing's own exit handler, which would wait for them
+
+    def stop(self):
+        """End the helpers still running: a run that stops early (an error, an interrupt) has no use for them."""
+        for helper in set(self.helpers.values()) - {None}:
+            helper.terminate()
+            helper.join()
+        self.helpers.clear()
 
     def wait(self, stage, world_size):
         """Before the warm-up of `stage` (None: validation): wait until its helper has finished. Every rank
@@ -1913,6 +1922,11 @@ def train(args, rank, world_size, device, log, startup):
     shapes = [train_shape(args, world_size, stage) for stage in TRAINING_STAGES]  # every stage's sizes checked now
     val_shape = BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
 
+    clock = time.perf_counter()  # the data first: a bad shard stops the run before any helper process starts
+    train_source = TrainSource(args.train_files, rank, world_size, args.repeat_train_files, pin_memory=cuda)
+    val_source = ValSource(args.val_files, args.val_tokens, args.val_seq_tokens, rank, world_size)
+    train_loader, val_loader = PrefetchLoader(train_source, device), PrefetchLoader(val_source, device)
+    startup["data"] = time.perf_counter() - clock
     clock = time.perf_counter()
     precompiler = None
     if cuda and args.compile_cache:
@@ -1923,11 +1937,6 @@ def train(args, rank, world_size, device, log, startup):
     clock = time.perf_counter()
     model = build_model(args, device, world_size)
     startup["model"] = time.perf_counter() - clock
-    clock = time.perf_counter()
-    train_source = TrainSource(args.train_files, rank, world_size, args.repeat_train_files, pin_memory=cuda)
-    val_source = ValSource(args.val_files, args.val_tokens, args.val_seq_tokens, rank, world_size)
-    train_loader, val_loader = PrefetchLoader(train_source, device), PrefetchLoader(val_source, device)
-    startup["data"] = time.perf_counter() - clock
 
     def step_batch(step):
         return train_loader.send(shapes[stage_index(step, args)])

@@ -5,6 +5,7 @@ import io
 import os
 import pty
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -171,7 +172,7 @@ def test_startup_line_splits_the_start_up_into_phases_that_add_up(workdir):
     phases = [phase.rsplit(" ", 1) for phase in line.removeprefix("startup: ").split(", ")]
     names = [name for name, _ in phases]
     # no compile cache on the CPU
-    assert names == ["imports", "device and log header", "model", "data", "warm-up stage 0", "warm-up stage 1",
+    assert names == ["imports", "device and log header", "data", "model", "warm-up stage 0", "warm-up stage 1",
                      "warm-up stage 2", "validation warm-up", "total"]
     seconds = [float(value.removesuffix("s")) for _, value in phases]
     *parts, total = seconds
@@ -205,3 +206,17 @@ def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(workdir, mo
     tg.precompile(args, torch.device("cpu"), shapes, val_shape, [1, 2, None])
     assert len(calls) == 3 + 3 + 1  # one micro-batch per warm-up step, one validation batch
     assert set(calls) == set(warm_up)
+
+
+def test_precompiler_stop_ends_the_helpers_still_running(workdir):
+    """A run that stops early (an error, an interrupt) ends its helper processes at exit instead of waiting for
+    their compilation. Here on the CPU: the helpers are stopped while they still import torch."""
+    args = tg.parse_args(QUICK + ["--warmup_steps", "2"])
+    shapes = [tg.train_shape(args, 1, stage) for stage in tg.TRAINING_STAGES]
+    val_shape = tg.BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
+    messages = []
+    precompiler = tg.Precompiler(args, torch.device("cpu"), shapes, val_shape, messages.append)
+    helpers = set(precompiler.helpers.values())
+    assert len(helpers) == 2 and len(messages) == 2 and all(helper.is_alive() for helper in helpers)
+    precompiler.stop()
+    assert not precompiler.helpers and all(helper.exitcode == -signal.SIGTERM for helper in helpers)
