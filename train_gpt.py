@@ -234,57 +234,79 @@ def softcapped_cross_entropy(logits, targets, weights):
 
 
 HEAD_W_SCALE, HEAD_GRAD_SCALE = 2**-9, 1 / 448  # the FP8 head's fixed scales (see HeadLoss)
-CE_ROWS, CE_COLS, CE_WARPS = 64, 128, 16  # the kernel's tile and warps, fastest of 12 tried on an H100
+# The loss kernels' tiles and warps (rows, columns per step), the fastest of those tried on an H200
+# (docs/performance.md): the row sums sweep the vocabulary; the gradient's grid has one program per tile
+CE_TILES = dict(sums=dict(ROWS=4, COLS=1024, num_warps=4), gradient=dict(ROWS=64, COLS=128, num_warps=8))
 
 if triton is not None:
 
     @triton.jit
-    def softcapped_cross_entropy_kernel(logits_ptr, targets_ptr, weights_ptr, losses_ptr, grad_ptr, grad_t_ptr,
-                                        T, inverse_grad_scale, V: tl.constexpr, K: tl.constexpr,
-                                        ROWS: tl.constexpr, COLS: tl.constexpr,
-                                        CAP: tl.constexpr, SHIFT: tl.constexpr, WIDTH: tl.constexpr):
-        """softcapped_cross_entropy for ROWS rows and K targets each: two passes over the vocabulary, the
-        first for the row sums, the second for the gradient, written in e5m2 both row-major and
-        transposed. The K targets are reloaded per tile (64 integers each, from the cache), as Triton keeps
-        no list of tensors across an unrolled loop."""
+    def capped_logits(z, CAP: tl.constexpr, SHIFT: tl.constexpr, WIDTH: tl.constexpr):
+        """softcap(z) in float32, its sigmoid as (1 + tanh(u / 2)) / 2 with the GPU's one-instruction tanh.
+        The loss kernels are bound by the special-function units as much as by memory, and this is one such
+        operation per logit where sigmoid's exp and division are two (on an H200 the pair of kernels took 4.5
+        ms at 49,152 x 50,304 against 5.6 ms). tanh.approx is within 2^-11 of tanh: about 6 bytes in 100,000 of
+        the e5m2 gradient differ from the reference formula's, by one rounding step (2 in 1,000,000 with
+        sigmoid), and the loss by 1e-7."""
+        u = (z.to(tl.float32) + SHIFT) * (0.5 / WIDTH)
+        tanh = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [u], dtype=tl.float32, is_pure=True,
+                                         pack=1)
+        return (0.5 * CAP) * (1 + tanh)
+
+    @triton.jit
+    def cross_entropy_sums_kernel(logits_ptr, targets_ptr, sums_ptr, losses_ptr, T, V: tl.constexpr,
+                                  K: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
+                                  CAP: tl.constexpr, SHIFT: tl.constexpr, WIDTH: tl.constexpr):
+        """For ROWS rows of logits: the sum of exp(capped) over the vocabulary and the next-token loss
+        log(sum) - capped[target] (the first of each row's K targets, always present)."""
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
         row_in = rows < T
-        targets = tl.load(targets_ptr + rows * K, mask=row_in, other=-1)
+        row_starts = logits_ptr + rows.to(tl.int64) * V
+        acc = tl.zeros([ROWS, COLS], dtype=tl.float32)
+        for start in range(0, V, COLS):
+            cols = start + tl.arange(0, COLS)
+            inside = row_in[:, None] & (cols < V)[None, :]
+            z = tl.load(row_starts[:, None] + cols[None, :], mask=inside, other=0.0)
+            acc += tl.where(inside, tl.exp(capped_logits(z, CAP, SHIFT, WIDTH)), 0.0)
+        row_sums = tl.sum(acc, axis=1)
+        targets = tl.load(targets_ptr + rows * K, mask=row_in, other=0)
+        target_capped = capped_logits(tl.load(row_starts + targets, mask=row_in, other=0.0), CAP, SHIFT, WIDTH)
+        tl.store(sums_ptr + rows, row_sums, mask=row_in)
+        tl.store(losses_ptr + rows, tl.log(row_sums) - target_capped, mask=row_in)
+
+    @triton.jit
+    def cross_entropy_gradient_kernel(logits_ptr, targets_ptr, weights_ptr, sums_ptr, grad_ptr, grad_t_ptr, T,
+                                      inverse_grad_scale, V: tl.constexpr, K: tl.constexpr,
+                                      ROWS: tl.constexpr, COLS: tl.constexpr,
+                                      CAP: tl.constexpr, SHIFT: tl.constexpr, WIDTH: tl.constexpr):
+        """One (ROWS, COLS) tile of the gradient of sum_k weights[k] * CE(targets[:, k]) with respect to the
+        raw logits, from the row sums, divided by the gradient's scale, in e5m2, written row-major and
+        transposed."""
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        cols = tl.program_id(1) * COLS + tl.arange(0, COLS)
+        row_in = rows < T
+        inside = row_in[:, None] & (cols < V)[None, :]
         weight_sums = tl.zeros([ROWS], dtype=tl.float32)
+        target_mass = tl.zeros([ROWS, COLS], dtype=tl.float32)
         for k in tl.static_range(K):
             target_k = tl.load(targets_ptr + rows * K + k, mask=row_in, other=-1)
-            weight_sums += tl.where(target_k >= 0, tl.load(weights_ptr + k), 0.0)
-        row_sums = tl.zeros([ROWS], dtype=tl.float32)
-        target_capped = tl.zeros([ROWS], dtype=tl.float32)
-        for start in range(0, V, COLS):
-            cols = start + tl.arange(0, COLS)
-            inside = row_in[:, None] & (cols < V)[None, :]
-            z = tl.load(logits_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :], mask=inside, other=0.0)
-            capped = CAP * tl.sigmoid((z.to(tl.float32) + SHIFT) * (1 / WIDTH))
-            row_sums += tl.sum(tl.where(inside, tl.exp(capped), 0.0), axis=1)
-            target_capped += tl.sum(tl.where(cols[None, :] == targets[:, None], capped, 0.0), axis=1)
-        tl.store(losses_ptr + rows, tl.log(row_sums) - target_capped, mask=row_in)
-        scales = weight_sums / row_sums
-        for start in range(0, V, COLS):
-            cols = start + tl.arange(0, COLS)
-            inside = row_in[:, None] & (cols < V)[None, :]
-            z = tl.load(logits_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :], mask=inside, other=0.0)
-            capped = CAP * tl.sigmoid((z.to(tl.float32) + SHIFT) * (1 / WIDTH))
-            target_mass = tl.zeros([ROWS, COLS], dtype=tl.float32)
-            for k in tl.static_range(K):
-                target_k = tl.load(targets_ptr + rows * K + k, mask=row_in, other=-1)
-                target_mass += tl.where(cols[None, :] == target_k[:, None], tl.load(weights_ptr + k), 0.0)
-            slope = capped * (CAP - capped) * (inverse_grad_scale / (CAP * WIDTH))
-            grad = (tl.exp(capped) * scales[:, None] - target_mass) * slope
-            grad = grad.to(tl.float8e5, fp_downcast_rounding="rtne")  # round to nearest, as torch's casts do
-            tile = grad_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :]
-            tl.store(tile, grad, mask=inside)
-            # The transposed copy is read back from the tile just written (the barrier makes the whole tile's
-            # stores visible to every thread): stored straight from registers, with Triton 3.6 on an H100, every
-            # fourth vocabulary row of it came out wrong.
-            tl.debug_barrier()
-            grad = tl.load(tile, mask=inside)
-            tl.store(grad_t_ptr + cols.to(tl.int64)[:, None] * T + rows[None, :], tl.trans(grad), mask=tl.trans(inside))
+            weight_k = tl.load(weights_ptr + k)
+            weight_sums += tl.where(target_k >= 0, weight_k, 0.0)
+            target_mass += tl.where(cols[None, :] == target_k[:, None], weight_k, 0.0)
+        scales = weight_sums / tl.load(sums_ptr + rows, mask=row_in, other=1.0)
+        z = tl.load(logits_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :], mask=inside, other=0.0)
+        capped = capped_logits(z, CAP, SHIFT, WIDTH)
+        slope = capped * (CAP - capped) * (inverse_grad_scale / (CAP * WIDTH))  # d capped / d z, scaled
+        grad = (tl.exp(capped) * scales[:, None] - target_mass) * slope
+        grad = grad.to(tl.float8e5, fp_downcast_rounding="rtne")  # round to nearest, as torch's casts do
+        tile = grad_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :]
+        tl.store(tile, grad, mask=inside)
+        # The transposed copy is read back from the tile just written (the barrier makes the whole tile's
+        # stores visible to every thread): stored straight from registers, with Triton 3.6 on an H100, every
+        # fourth vocabulary row of it came out wrong.
+        tl.debug_barrier()
+        grad = tl.load(tile, mask=inside)
+        tl.store(grad_t_ptr + cols.to(tl.int64)[:, None] * T + rows[None, :], tl.trans(grad), mask=tl.trans(inside))
 
 
 @torch.library.custom_op("train_gpt::softcapped_cross_entropy_fp8", mutates_args=())
@@ -292,23 +314,27 @@ def softcapped_cross_entropy_fp8(logits: torch.Tensor, targets: torch.Tensor,
                                  weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """softcapped_cross_entropy's loss, and its gradient divided by HEAD_GRAD_SCALE in e5m2, twice: row-major
     for x's gradient and transposed for w's (_scaled_mm takes FP8 operands only as row-major times
-    column-major). One Triton kernel: writing the transposed copy while the tile is still in cache costs
-    less than transposing afterwards. Elsewhere (CPU tests) the reference formula, cast and transposed.
+    column-major). Two Triton kernels: the row sums, then the gradient tile by tile, each tile written in both
+    layouts while it is in cache. Elsewhere (CPU tests) the reference formula, cast and transposed.
 
-    An opaque operator to torch.compile, so the kernel is built by Triton as in eager mode (Inductor's
-    own build of it failed in Triton's LLVM lowering on torch 2.11)."""
+    An opaque operator to torch.compile, so the kernels are built by Triton as in eager mode (Inductor's
+    own build of such a kernel failed in Triton's LLVM lowering on torch 2.11)."""
     if not logits.is_cuda:
         loss, grad = softcapped_cross_entropy(logits, targets, weights)
         grad = (grad / HEAD_GRAD_SCALE).to(torch.float8_e5m2)
         return loss, grad, grad.T.contiguous()
-    T, V = logits.shape
-    targets = targets.contiguous()  # the kernel indexes row * K + k
-    losses = torch.empty(T, dtype=torch.float32, device=logits.device)
+    (T, V), K = logits.shape, targets.size(1)
+    targets = targets.contiguous()  # the kernels index row * K + k
+    sums, losses = (torch.empty(T, dtype=torch.float32, device=logits.device) for _ in range(2))
     grad = torch.empty(T, V, dtype=torch.float8_e5m2, device=logits.device)
     grad_t = torch.empty(V, T, dtype=torch.float8_e5m2, device=logits.device)
-    softcapped_cross_entropy_kernel[(triton.cdiv(T, CE_ROWS),)](
-        logits, targets, weights, losses, grad, grad_t, T, 1 / HEAD_GRAD_SCALE, V=V, K=targets.size(1),
-        ROWS=CE_ROWS, COLS=CE_COLS, CAP=SOFTCAP, SHIFT=SOFTCAP_SHIFT, WIDTH=SOFTCAP_WIDTH, num_warps=CE_WARPS)
+    cap = dict(CAP=SOFTCAP, SHIFT=SOFTCAP_SHIFT, WIDTH=SOFTCAP_WIDTH)
+    tile = CE_TILES["sums"]
+    cross_entropy_sums_kernel[(triton.cdiv(T, tile["ROWS"]),)](logits, targets, sums, losses, T, V=V, K=K,
+                                                               **tile, **cap)
+    tile = CE_TILES["gradient"]
+    cross_entropy_gradient_kernel[(triton.cdiv(T, tile["ROWS"]), triton.cdiv(V, tile["COLS"]))](
+        logits, targets, weights, sums, grad, grad_t, T, 1 / HEAD_GRAD_SCALE, V=V, K=K, **tile, **cap)
     return losses.sum(), grad, grad_t
 
 

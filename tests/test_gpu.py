@@ -30,12 +30,12 @@ def test_varlen_attention_matches_dense(window):
 
 @pytest.mark.parametrize("terms", [1, 3, 4])
 def test_cross_entropy_kernel_equals_reference_formula(terms):
-    """The Triton kernel against softcapped_cross_entropy cast to e5m2 by torch, on a row count that is no
-    multiple of the kernel's tile, with one target per row, three (the last rows without some), or those and
+    """The Triton kernels against softcapped_cross_entropy cast to e5m2 by torch, on a row count that is no
+    multiple of their tiles, with one target per row, three (the last rows without some), or those and
     a prefix-token column (none in scattered rows): the same loss, the same e5m2 bytes but for rounding
     edges, an exact transpose."""
     torch.manual_seed(0)
-    logits = (4 * torch.randn(1000 + tg.CE_ROWS // 2, 50304, device="cuda")).bfloat16()
+    logits = (4 * torch.randn(1000 + tg.CE_TILES["gradient"]["ROWS"] // 2, 50304, device="cuda")).bfloat16()
     nxt = torch.randint(0, 50304, (logits.size(0),), device="cuda", dtype=torch.int32)
     columns = [F.pad(nxt[k:], (0, k), value=-1) for k in range(min(terms, 3))]
     if terms == 4:
@@ -201,7 +201,9 @@ def test_graphed_micro_steps_equal_uncaptured_ones():
                   for step, batch in zip(steps, batches)]
         results.append((losses, [(n, p.detach().float()) for n, p in model.named_parameters()]))
     assert len(graphed.graphs.graphs) == 2  # tied and untied
-    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)  # later steps' losses check the updates
+    # Later steps' losses check the updates: a step lost or applied twice moves the loss by about 1e-2 of it
+    # here. The last loss, after three updates, differed by 5.9e-5 on an H200 (the nondeterminism below).
+    assert results[0][0] == pytest.approx(results[1][0], rel=5e-4)
     # Weights are compared with the distance the four steps moved them. The kernels are not deterministic
     # (FlashAttention's backward, the embeddings' scatter-adds), and Polar Express and Adam turn rounding in
     # weak gradient directions into whole updates: on an H100 two uncaptured runs differed by up to 3.6 % of
