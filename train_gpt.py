@@ -215,8 +215,8 @@ def softcapped_cross_entropy(logits, targets, weights):
     tokens further on, the next token's prefix token; -1 for none) with the loss weights weights[k].
     Returns the summed next-token cross-entropy (targets[:, 0], the loss to report) and the gradient of the
     whole weighted objective, sum_k weights[k] * CE(targets[:, k]), with respect to the raw logits, in
-    float32. The FP8 head (Hopper) uses the Triton kernel below instead; this is the path without FP8
-    (CPU, older GPUs) and that kernel's reference.
+    float32. The FP8 head (Hopper) uses the Triton kernels below instead; this is the path without FP8
+    (CPU, older GPUs) and those kernels' reference.
 
     Soft-capping bounds every logit to (0, SOFTCAP), so exp() cannot overflow in float32 and the
     log-sum-exp needs no running maximum.
@@ -234,8 +234,8 @@ def softcapped_cross_entropy(logits, targets, weights):
 
 
 HEAD_W_SCALE, HEAD_GRAD_SCALE = 2**-9, 1 / 448  # the FP8 head's fixed scales (see HeadLoss)
-# The loss kernels' tiles and warps (rows, columns per step), the fastest of those tried on an H200
-# (docs/performance.md): the row sums sweep the vocabulary; the gradient's grid has one program per tile
+# The loss kernels' tiles (rows and columns a program holds at once) and warps, the fastest of those tried on
+# an H200 (docs/performance.md): the row sums sweep the vocabulary; the gradient's grid has one program a tile
 CE_TILES = dict(sums=dict(ROWS=4, COLS=1024, num_warps=4), gradient=dict(ROWS=64, COLS=128, num_warps=8))
 
 if triton is not None:
