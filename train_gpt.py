@@ -26,6 +26,7 @@ import atexit
 import bisect
 import dataclasses
 import fnmatch
+import functools
 import glob
 import hashlib
 import inspect
@@ -411,74 +412,94 @@ def scalar(value, like):
 
 
 # The fused MLP kernel's tile (rows, columns, reduction), warps, pipeline stages and row-tiles per group, by
-# operand type: the fastest at 48K tokens of those benchmarks/mlp_kernel.py tried on an H100
+# operand type: the fastest at 48K tokens of those benchmarks/mlp_kernel.py tried on an H100 (the kernel before
+# TMA), and of the persistent TMA kernel's on an H200
 MLP_TILES = {
     torch.bfloat16: dict(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, GROUP=8),
     torch.float8_e4m3fn: dict(BM=128, BN=256, BK=128, num_warps=8, num_stages=3, GROUP=8),
 }
 
 if triton is not None:
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     @triton.jit
-    def relu_square_matmul_kernel(a_ptr, b_ptr, out_ptr, post_ptr, scale_ptr, M, stride_bk, stride_bn,
-                                  N: tl.constexpr, K: tl.constexpr, BACKWARD: tl.constexpr, SCALED: tl.constexpr,
-                                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
-        """One (BM, BN) tile of a @ b with the MLP's activation applied as the tile is written, so that the
-        4x-wide activation makes no extra round trip through memory. a: (M, K) row-major; b: (K, N) with
-        the given strides; out and post: (M, N) row-major; N and K multiples of BN and BK.
-        Forward: out = relu(a @ b)^2. Backward (a the output's gradient, b the output projection, post the
-        forward's out): out = (a @ b) * 2 sqrt(post), the pre-activation's gradient, as relu = sqrt(post).
-        SCALED: a and b are FP8, a @ b is multiplied by the product of their scales, at scale_ptr."""
-        pid = tl.program_id(0)
-        tiles_m, tiles_n = tl.cdiv(M, BM), N // BN
-        # GROUP row-tiles in a row take every column tile in turn: b's columns are reused from L2
-        group_start = pid // (GROUP * tiles_n) * GROUP
-        group_rows = min(tiles_m - group_start, GROUP)
-        tile_m = group_start + pid % group_rows
-        tile_n = pid % (GROUP * tiles_n) // group_rows
-        rows = tile_m * BM + tl.arange(0, BM)
-        cols = tile_n * BN + tl.arange(0, BN)
-        steps = tl.arange(0, BK)
-        row_in = rows[:, None] < M
-        a_tile = a_ptr + rows.to(tl.int64)[:, None] * K + steps[None, :]
-        b_tile = b_ptr + steps[:, None] * stride_bk + cols[None, :] * stride_bn
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for _ in range(0, K, BK):
-            acc = tl.dot(tl.load(a_tile, mask=row_in, other=0.0), tl.load(b_tile), acc)
-            a_tile += BK
-            b_tile += BK * stride_bk
-        if SCALED:
-            acc = acc * tl.load(scale_ptr)
-        out_offsets = rows.to(tl.int64)[:, None] * N + cols[None, :]
+    def relu_square_epilogue(acc, out_desc, post_desc, row, col, BACKWARD: tl.constexpr):
+        """The activation (forward) or its derivative (backward) applied to a finished accumulator, stored."""
         if BACKWARD:
-            post = tl.load(post_ptr + out_offsets, mask=row_in, other=0.0).to(tl.float32)
-            acc = acc * 2 * tl.sqrt(post)
+            acc = acc * 2 * tl.sqrt(post_desc.load([row, col]).to(tl.float32))
         else:
             acc = tl.maximum(acc, 0.0)
             acc = acc * acc
-        tl.store(out_ptr + out_offsets, acc.to(out_ptr.dtype.element_ty), mask=row_in)
+        out_desc.store([row, col], acc.to(out_desc.dtype))
+
+    @triton.jit
+    def relu_square_matmul_kernel(a_desc, b_desc, out_desc, post_desc, scale_ptr, M, programs, N: tl.constexpr,
+                                  K: tl.constexpr, B_ROWS_N: tl.constexpr, BACKWARD: tl.constexpr,
+                                  SCALED: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                                  GROUP: tl.constexpr):
+        """(BM, BN) tiles of a @ b with the MLP's activation applied as each tile is written, so that the
+        4x-wide activation makes no extra round trip through memory. a: (M, K); b: (N, K) if B_ROWS_N, else
+        (K, N); out and post: (M, N); all row-major, read and written by TMA (rows past M: zeros read,
+        nothing written); N and K multiples of BN and BK.
+        Forward: out = relu(a @ b)^2. Backward (a the output's gradient, b the output projection, post the
+        forward's out): out = (a @ b) * 2 sqrt(post), the pre-activation's gradient, as relu = sqrt(post).
+        SCALED: a and b are FP8, a @ b is multiplied by the product of their scales, at scale_ptr.
+        Persistent: each of `programs` programs takes every programs-th tile, its loop over tiles and K
+        flattened into one software pipeline, so the next tile's loads run during this one's epilogue; the
+        epilogue works on two (BM, BN / 2) halves, which keeps its registers and staging memory small."""
+        tiles_m, tiles_n = tl.cdiv(M, BM), N // BN
+        for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, programs, flatten=True):
+            # GROUP row-tiles in a row take every column tile in turn: b's columns are reused from L2
+            group_start = tile // (GROUP * tiles_n) * GROUP
+            group_rows = min(tiles_m - group_start, GROUP)
+            row = (group_start + tile % group_rows) * BM
+            col = tile % (GROUP * tiles_n) // group_rows * BN
+            acc = tl.zeros((BM, BN), dtype=tl.float32)
+            for k in range(0, K, BK):
+                b = b_desc.load([col, k]).T if B_ROWS_N else b_desc.load([k, col])
+                acc = tl.dot(a_desc.load([row, k]), b, acc)
+            if SCALED:
+                acc = acc * tl.load(scale_ptr)
+            left, right = tl.split(acc.reshape(BM, 2, BN // 2).permute(0, 2, 1))
+            relu_square_epilogue(left, out_desc, post_desc, row, col, BACKWARD)
+            relu_square_epilogue(right, out_desc, post_desc, row, col + BN // 2, BACKWARD)
+
+
+@functools.cache
+def multiprocessors(device):
+    """The GPU's streaming multiprocessors: as many programs as the persistent kernels run (4 on the CPU, in
+    Triton's interpreter)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
 def relu_square_matmul(a, b, post=None, scale=None, out_dtype=None):
     """relu_square_matmul_kernel over the whole product: relu(a @ b)^2, or with post, (a @ b) * 2 sqrt(post);
-    with scale (FP8 a and b), a @ b times scale first."""
+    with scale (FP8 a and b), a @ b times scale first. b: (K, N), row-major or the transpose of a row-major
+    (N, K) (an nn.Linear's weight, .T)."""
     (M, K), N = a.shape, b.size(1)
-    out = torch.empty(M, N, dtype=out_dtype or a.dtype, device=a.device)
     tile = MLP_TILES[a.dtype]
-    grid = (triton.cdiv(M, tile["BM"]) * (N // tile["BN"]),)
-    unused = out  # the forward reads no post, the bf16 kernel no scale: any pointer will do
-    relu_square_matmul_kernel[grid](a.contiguous(), b, out, unused if post is None else post,
-                                    unused if scale is None else scale, M, *b.stride(), N=N, K=K,
-                                    BACKWARD=post is not None, SCALED=scale is not None, **tile)
+    BM, BN, BK = tile["BM"], tile["BN"], tile["BK"]
+    rows_n = b.stride(0) == 1
+    out = torch.empty(M, N, dtype=out_dtype or a.dtype, device=a.device)
+    a_desc = TensorDescriptor.from_tensor(a.contiguous(), [BM, BK])
+    b_desc = TensorDescriptor.from_tensor(b.T, [BN, BK]) if rows_n else TensorDescriptor.from_tensor(b, [BK, BN])
+    out_desc = TensorDescriptor.from_tensor(out, [BM, BN // 2])
+    # the forward reads no post, the bf16 kernel no scale: any descriptor and pointer will do
+    post_desc = out_desc if post is None else TensorDescriptor.from_tensor(post, [BM, BN // 2])
+    programs = min(multiprocessors(a.device), triton.cdiv(M, BM) * (N // BN))
+    relu_square_matmul_kernel[(programs,)](a_desc, b_desc, out_desc, post_desc, out if scale is None else scale, M,
+                                           programs, N=N, K=K, B_ROWS_N=rows_n, BACKWARD=post is not None,
+                                           SCALED=scale is not None, **tile)
     return out
 
 
 def fused_mlp_kernels(a, b):
-    """Whether a @ b (the MLP's) runs on the Triton kernel: bf16 or FP8 on a GPU, in whole tiles of N and K.
-    Elsewhere (CPU tests, the float32 model of a GPU test, odd widths) the same formulas in PyTorch."""
+    """Whether a @ b (the MLP's) runs on the Triton kernel: bf16 or FP8 on a GPU with TMA (Hopper on), in
+    whole tiles of N and K. Elsewhere (CPU tests, the float32 model of a GPU test, odd widths, older GPUs) the
+    same formulas in PyTorch."""
     tile = MLP_TILES.get(a.dtype)
     return (triton is not None and a.is_cuda and tile is not None and a.size(1) % tile["BK"] == 0
-            and b.size(1) % tile["BN"] == 0)
+            and b.size(1) % tile["BN"] == 0 and torch.cuda.get_device_capability(a.device) >= (9, 0))
 
 
 @torch.library.custom_op("train_gpt::relu_square_linear", mutates_args=())

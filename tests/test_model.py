@@ -891,8 +891,9 @@ for M in (100, 96, 7):  # rows: not a multiple of BM, a multiple, fewer than one
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton (not in CPU builds)")
 def test_relu_square_matmul_kernel_in_triton_interpreter():
-    """The fused MLP kernel's indexing, grouping, masking and both epilogues, run by Triton's interpreter on
-    the CPU in float32 (its bf16 loads are wrong there): tests/test_gpu.py checks it in bf16 on a GPU."""
+    """The fused MLP kernel's grouping, its persistent loop (4 programs in the interpreter, up to 16 tiles),
+    rows past the last whole tile (TMA's bounds) and both epilogues, run by Triton's interpreter on the CPU in
+    float32 (its bf16 loads are wrong there): tests/test_gpu.py checks it in bf16 on a GPU."""
     env = {**os.environ, "TRITON_INTERPRET": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     result = subprocess.run([sys.executable, "-c", INTERPRETED_KERNEL_CHECK], env=env, capture_output=True, text=True)
