@@ -7,9 +7,11 @@ there is no git history, as on the device machines) its train_gpt.py is measured
 the optimizers and one batch per training stage, kept on the GPU so that no data cost enters; then, for each
 stage of TRAINING_STAGES, at its first steps with its batch shape and windows, a few untimed steps (the
 compile) and `--steps` timed ones. Prints a table: the step time per stage, its ratio to the first
-revision's, and peak memory. The revisions are measured one after another, so run them in one call, on one
-machine. Revisions older than TRAINING_STAGES (no stages, no tg.train_shape(args, world_size, stage)) cannot
-be measured by this script: use the step_ab.py of their own revision.
+revision's, the whole run's steps at those times (each stage's step times its number of steps: the time per
+token of the run, as every revision trains the same tokens) and its ratio, and peak memory. The revisions
+are measured one after another, so run them in one call, on one machine. Revisions older than
+TRAINING_STAGES (no stages, no tg.train_shape(args, world_size, stage)) cannot be measured by this script: use
+the step_ab.py of their own revision.
 """
 import argparse
 import importlib.util
@@ -37,9 +39,15 @@ def stage_steps(tg, args):
             if start < end]
 
 
+def run_seconds(result):
+    """The run's training steps at the measured step times: the sum over stages of steps x step time (s)."""
+    return sum(result["steps"][s] * ms for s, ms in result["median_ms"].items()) / 1000
+
+
 def measure(module_path, steps, flags):
-    """Step time (ms) per stage, the stage's windows, and peak memory (GiB), printed as one JSON line:
-    {"median_ms": {stage: ms}, "windows": {stage: [short, long]}, "peak_gib": GiB}, stages as strings."""
+    """Step time (ms) per stage, the stage's windows and number of steps, and peak memory (GiB), printed as
+    one JSON line: {"median_ms": {stage: ms}, "windows": {stage: [short, long]}, "steps": {stage: n},
+    "peak_gib": GiB}, stages as strings."""
     sys.path.insert(0, str(ROOT))
     spec = importlib.util.spec_from_file_location("train_gpt_under_test", module_path)
     tg = importlib.util.module_from_spec(spec)
@@ -61,6 +69,8 @@ def measure_stages(tg, steps, flags):
     loader = tg.PrefetchLoader(source, device)
     adam, normuon = tg.make_optimizers(model, args, 1)
     result, windows = {}, {}
+    starts = tg.stage_starts(args)
+    counts = {str(i): end - start for i, (start, end) in enumerate(zip(starts, starts[1:] + [tg.total_steps(args)]))}
     for i, step_numbers in stage_steps(tg, args):
         batch = loader.send(tg.train_shape(args, 1, tg.TRAINING_STAGES[i]))  # resident from here on
         times = {step: [] for step in step_numbers}
@@ -73,7 +83,7 @@ def measure_stages(tg, steps, flags):
         result[str(i)] = statistics.mean(statistics.median(t[WARMUP_STEPS:]) for t in times.values())
         windows[str(i)] = tg.attention_windows(step_numbers[0], args)
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
-    return {"median_ms": result, "windows": windows, "peak_gib": peak}
+    return {"median_ms": result, "windows": windows, "steps": {s: counts[s] for s in result}, "peak_gib": peak}
 
 
 def main():
@@ -108,8 +118,8 @@ def main():
     print(f"{device}, batch resident, per stage its first two steps (one with Adam's step, one without): "
           f"the mean of their medians over {own.steps} steps after {WARMUP_STEPS}")
     print("| revision | " + " | ".join(f"stage {s}, windows {tuple(first['windows'][s])} | vs first"
-                                      for s in stages) + " | peak memory |")
-    print("|---|" + "---:|---:|" * len(stages) + "---:|")
+                                      for s in stages) + " | run's steps | vs first | peak memory |")
+    print("|---|" + "---:|---:|" * (len(stages) + 1) + "---:|")
     for rev, result in results:
         cells = []
         for s in stages:
@@ -119,6 +129,10 @@ def main():
             ms = result["median_ms"][s]
             other = "" if result["windows"][s] == first["windows"][s] else f" at {tuple(result['windows'][s])}"
             cells.append(f"{ms:.1f} ms{other} | {ms / first['median_ms'][s] - 1:+.2%}")
+        if result["steps"] == first["steps"]:
+            cells.append(f"{run_seconds(result):.1f} s | {run_seconds(result) / run_seconds(first) - 1:+.2%}")
+        else:  # another schedule: its own run, not comparable step for step
+            cells.append(f"{run_seconds(result):.1f} s, other steps | –")
         print(f"| {rev} | {' | '.join(cells)} | {result['peak_gib']:.1f} GiB |")
 
 

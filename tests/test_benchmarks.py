@@ -1,10 +1,10 @@
-"""The arithmetic of the benchmarks: exposed communication, proxy run seeds, step times from loss reads, copies
-overlapping compute."""
+"""The arithmetic of the benchmarks: exposed communication, proxy run seeds, a run's steps, step times from
+loss reads, copies overlapping compute."""
 import json
 
 import pytest
 
-from benchmarks import loader_overlap, proxy_record, step_profile  # conftest puts the repo root on sys.path
+from benchmarks import loader_overlap, proxy_record, step_ab, step_profile  # conftest puts the repo root on sys.path
 
 
 @pytest.mark.parametrize("communication, compute, exposed", [
@@ -26,6 +26,12 @@ def test_kernel_kinds_by_name():
         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "nvjet_tst_192x192_64x3_1x2_h_bz_coopA_NTN",
         "relu_square_matmul_kernel", "triton_poi_fused_add_mul_0")]
     assert kinds == ["nccl", "attention", "matmul", "matmul", "matmul", "other"]
+
+
+def test_step_ab_weighs_each_stage_by_its_steps():
+    """The run's time per token: a stage of many short steps weighs as its steps do, not as one column."""
+    result = {"median_ms": {"0": 50.0, "1": 100.0}, "steps": {"0": 400, "1": 20}}
+    assert step_ab.run_seconds(result) == pytest.approx((400 * 50 + 20 * 100) / 1000)
 
 
 def test_proxy_runs_each_draw_their_own_seed_unless_one_is_given():
