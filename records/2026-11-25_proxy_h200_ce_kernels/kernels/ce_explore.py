@@ -1,5 +1,6 @@
-"""Exploration (not committed): designs for the head's soft-capped cross-entropy kernel at 49,152 x 50,304.
-Each computes the loss and the e5m2 gradient in both layouts; checked against the reference formula."""
+"""Exploration (kept with its record, not part of train_gpt.py): designs for the head's soft-capped
+cross-entropy kernel at 49,152 x 50,304. Each computes the loss and the e5m2 gradient in both layouts; checked
+against the reference formula."""
 import statistics
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, from records/<record>/kernels/
 import train_gpt as tg  # noqa: E402
 
 CAP, SHIFT, WIDTH = tg.SOFTCAP, tg.SOFTCAP_SHIFT, tg.SOFTCAP_WIDTH
