@@ -24,6 +24,7 @@ if __name__ == "__main__" and sys.dont_write_bytecode and sys.pycache_prefix is 
 import argparse
 import atexit
 import bisect
+import contextlib
 import dataclasses
 import fnmatch
 import functools
@@ -843,6 +844,7 @@ class GPT(nn.Module):
         self.embed = nn.Embedding(args.vocab_size, dim)  # unused while tied: the head's weight stands in
         self.tied = True
         self.graphs = None  # on CUDA, build_model's MicroStepGraphs
+        self.grad_events = None  # with several ranks, build_model's GradientEvents
         self.smear_gate = CastedLinear(12, 1, zero_init=True)  # how much of the previous token, from e[:12]
         self.smear_lambda = nn.Parameter(torch.zeros(()))  # zero: the smear starts as a no-op
         self.bigram_embed = nn.Embedding(BIGRAM_ROWS, dim)
@@ -952,16 +954,21 @@ def param_config(name):
     return next(config for pattern, config in PARAMETER_TABLE if fnmatch.fnmatchcase(name, pattern))
 
 
+REDUCTION_PARTS = 2  # with several ranks NorMuon reduces each group's gradients in this many parts
+
+
 class NorMuon(torch.optim.Optimizer):
     """Nesterov momentum, orthogonalised (Polar Express), normalised per neuron (NorMuon), with cautious
     weight decay: p <- p - lr * X - lr * wd * p, the decay only where X and p have the same sign (where
     the update shrinks p too). The decay per step is lr * wd_mul * matrix_wd * scheduled matrix lr, so it
     falls with the square of the learning-rate schedule.
 
-    Matrices of one shape and one config form a group. With several ranks, a group's gradients are
-    reduce-scattered (summed) so that each rank holds a contiguous share of the matrices; the rank keeps
-    the momentum and second moments of its share and computes its updates, which are all-gathered. One
-    group's communication overlaps the next group's arithmetic.
+    Matrices of one shape and one config form a group. With several ranks a group is cut into
+    REDUCTION_PARTS parts, the last layers' matrices first, as the backward pass finishes them first. A
+    part's gradients are reduce-scattered (summed) so that each rank holds a contiguous share of its
+    matrices; the rank keeps the momentum and second moments of its share and computes its updates, which
+    are all-gathered. One part's communication overlaps the next part's arithmetic, and the first parts'
+    reductions overlap the end of the backward pass (start_reductions).
 
     Group keys: lr (the scheduled base rate, set every step), momentum (likewise), lr_mul, wd (matrix_wd
     times wd_mul)."""
@@ -974,25 +981,39 @@ class NorMuon(torch.optim.Optimizer):
             groups.setdefault(key, dict(params=[], lr_mul=config.lr_mul, wd=wd * config.wd_mul))["params"].append(p)
         super().__init__(list(groups.values()), dict(lr=lr, momentum=0.95))
         self.world_size = world_size
+        self.parts = []  # (group, its matrices in the part) in the order step() works on them
+        for group in self.param_groups:
+            matrices = group["params"][::-1]
+            per_rank = -(-len(matrices) // (REDUCTION_PARTS * world_size))  # a rank's matrices in a part
+            size = len(matrices) if world_size == 1 else per_rank * world_size  # one rank: one part
+            self.parts += [(group, matrices[i : i + size]) for i in range(0, len(matrices), size)]
+        self.reduced = {}  # while gradients are being summed: {part's index: (this rank's share, its work)}
+
+    def reductions(self):
+        """This step's gradient reductions: (the parameters each waits for, a function that starts it)."""
+        return [(matrices, functools.partial(self.reduce, i)) for i, (_, matrices) in enumerate(self.parts)]
+
+    def reduce(self, i):
+        matrices, W = self.parts[i][1], self.world_size
+        share = -(-len(matrices) // W)
+        grads = torch.stack([p.grad for p in matrices] + [torch.zeros_like(matrices[0])] * (share * W - len(matrices)))
+        if W == 1:
+            self.reduced[i] = (grads, None)
+            return
+        mine = grads.new_empty(share, *grads.shape[1:])
+        self.reduced[i] = (mine, dist.reduce_scatter_tensor(mine, grads, async_op=True))
 
     @torch.no_grad()
     def step(self):
-        W = self.world_size
-        reductions = []
-        for group in self.param_groups:
-            params = group["params"]
-            share = -(-len(params) // W)
-            grads = torch.stack([p.grad for p in params] + [torch.zeros_like(params[0])] * (share * W - len(params)))
-            if W == 1:
-                reductions.append((group, grads, None))
-                continue
-            mine = grads.new_empty(share, *grads.shape[1:])
-            reductions.append((group, mine, dist.reduce_scatter_tensor(mine, grads, async_op=True)))
+        if not self.reduced:
+            for _, start in self.reductions():
+                start()
         gathers = []
-        for group, grad, work in reductions:
+        for i, (group, matrices) in enumerate(self.parts):
+            grad, work = self.reduced.pop(i)
             if work is not None:
                 work.wait()
-            state = self.state[group["params"][0]]
+            state = self.state[matrices[0]]
             if not state:
                 rows, cols = grad.shape[-2:]
                 neurons = (*grad.shape[:-1], 1) if rows >= cols else (*grad.shape[:-2], 1, cols)
@@ -1002,22 +1023,21 @@ class NorMuon(torch.optim.Optimizer):
             buf.lerp_(grad, 1 - group["momentum"])
             update = orthogonalize(grad.lerp_(buf, group["momentum"]))  # Nesterov momentum
             update = normalize_neurons(update, state["second_moment"]).bfloat16()
-            if W > 1:
-                full = update.new_empty(W * update.size(0), *update.shape[1:])
-                gathers.append((group, full, dist.all_gather_into_tensor(full, update, async_op=True)))
+            if self.world_size > 1:
+                full = update.new_empty(self.world_size * update.size(0), *update.shape[1:])
+                gathers.append((group, matrices, full, dist.all_gather_into_tensor(full, update, async_op=True)))
             else:
-                gathers.append((group, update, None))
-        for group, updates, work in gathers:
+                gathers.append((group, matrices, update, None))
+        for group, matrices, updates, work in gathers:
             if work is not None:
                 work.wait()
-            params = group["params"]
-            rows, cols = params[0].shape[-2:]
+            rows, cols = matrices[0].shape[-2:]
             lr = group["lr"] * group["lr_mul"] * max(1, rows / cols) ** 0.5
             decay = lr * group["wd"] * group["lr"]
-            # the group at once, not six launches per matrix: the first stages look host-bound
-            weights, updates = torch.stack(params), updates[: len(params)]
+            # the part at once, not six launches per matrix: the first stages look host-bound
+            weights, updates = torch.stack(matrices), updates[: len(matrices)]
             weights.mul_(1 - decay * (updates * weights >= 0)).add_(updates, alpha=-lr)
-            torch._foreach_copy_(params, weights.unbind(0))
+            torch._foreach_copy_(matrices, weights.unbind(0))
 
 
 class Adam(torch.optim.Optimizer):
@@ -1046,7 +1066,7 @@ class Adam(torch.optim.Optimizer):
             group["params"].append(p)
         super().__init__(list(groups.values()), dict(lr=lr, eps=eps))
         self.world_size, self.rank = world_size, dist.get_rank() if world_size > 1 else 0
-        self.shares = None  # while gradients are being summed: {parameter: (this rank's share, its work)}
+        self.reduced = {}  # while gradients are being summed: {parameter: (this rank's share, its work)}
 
     def slice(self, p):
         """The elements [start, end) of p, flattened, that this rank updates, and the (padded) share size."""
@@ -1054,40 +1074,38 @@ class Adam(torch.optim.Optimizer):
         start = min(self.rank * chunk, p.numel())
         return start, min(start + chunk, p.numel()), chunk
 
-    @torch.no_grad()
-    def sum_gradients(self):
-        """Start summing the gradients over ranks, each rank receiving its slices (called early, so that the
-        transfers overlap other work; step() calls it if nobody did)."""
-        self.shares = {}
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if self.world_size == 1:
-                    self.shares[p] = (p.grad.view(-1), None)
-                    continue
-                chunk = self.slice(p)[2]
-                padded = F.pad(p.grad.view(-1), (0, chunk * self.world_size - p.numel()))
-                share = padded.new_empty(chunk)
-                self.shares[p] = (share, dist.reduce_scatter_tensor(share, padded, async_op=True))
+    def reductions(self):
+        """This step's gradient reductions: (the parameters each waits for, a function that starts it)."""
+        return [([p], functools.partial(self.reduce, p)) for group in self.param_groups for p in group["params"]
+                if p.grad is not None]
+
+    def reduce(self, p):
+        if self.world_size == 1:
+            self.reduced[p] = (p.grad.view(-1), None)
+            return
+        chunk = self.slice(p)[2]
+        padded = F.pad(p.grad.view(-1), (0, chunk * self.world_size - p.numel()))
+        share = padded.new_empty(chunk)
+        self.reduced[p] = (share, dist.reduce_scatter_tensor(share, padded, async_op=True))
 
     @torch.no_grad()
     def step(self):
-        if self.shares is None:
-            self.sum_gradients()
+        if not self.reduced:
+            for _, start in self.reductions():
+                start()
         gathers = []
         for group in self.param_groups:
-            params = [p for p in group["params"] if p in self.shares]
+            params = [p for p in group["params"] if p in self.reduced]
             if not params:
                 continue
             group["steps"] += 1
             beta1, beta2 = group["betas"]
             lr = group["lr"] * group["lr_mul"]
             for p in params:
-                work = self.shares[p][1]
+                work = self.reduced[p][1]
                 if work is not None:
                     work.wait()
-            grads = [self.shares[p][0].float() for p in params]
+            grads = [self.reduced.pop(p)[0].float() for p in params]
             for p, g in zip(params, grads):
                 if not self.state[p]:
                     self.state[p].update(exp_avg=torch.zeros_like(g), exp_avg_sq=torch.zeros_like(g))
@@ -1115,7 +1133,6 @@ class Adam(torch.optim.Optimizer):
         for p, full, work in gathers:
             work.wait()
             p.view(-1).copy_(full[: p.numel()])
-        self.shares = None
 
     def untie(self, tied):
         """The late parameter joins `tied`'s group where `tied` is: same values, a copy of its moments, and the
@@ -1127,6 +1144,64 @@ class Adam(torch.optim.Optimizer):
         with torch.no_grad():
             untied.copy_(tied)
         self.state[untied] = {k: v.clone() for k, v in self.state[tied].items()}
+
+
+class GradientEvents:
+    """Where in the backward pass each parameter's gradient becomes final, so that its reduction over ranks
+    can start there instead of after the whole pass (start_reductions).
+
+    A hook on every parameter, run once its gradient of a backward pass is accumulated, records the
+    parameter's event on the stream that computed it. Under a CUDA graph's capture the record becomes a node
+    of the graph (an external event), so every replay records it anew, and work that waits for it waits
+    for the latest replay's. The hooks also note the order in which gradients become final (the same in every
+    backward pass). On the CPU there are no events: the hooks only note the order."""
+
+    def __init__(self, model):
+        self.events, self.order = {}, {}
+        self.stream = None
+        for p in model.parameters():
+            self.events[p] = torch.cuda.Event(external=True) if p.is_cuda else None
+            p.register_post_accumulate_grad_hook(self.final)
+            if p.is_cuda and self.stream is None:
+                self.stream = torch.cuda.Stream(p.device)
+
+    def final(self, p):
+        self.order.setdefault(p, len(self.order))
+        if self.events[p] is not None:
+            self.events[p].record()
+
+    def begin_step(self):
+        """Called before a step's first micro-batch: the reductions' buffers come from this side stream's memory,
+        which the step before may have freed while its own kernels still read it."""
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream())
+
+    def ready(self, params):
+        """When the last of `params` became final in the backward pass, as a rank in its order."""
+        return max(self.order.get(p, -1) for p in params)
+
+    @contextlib.contextmanager
+    def after(self, params):
+        """Work queued inside runs once `params`' gradients are final, on a side stream, beside the rest of the
+        backward pass."""
+        if self.stream is None:
+            yield
+            return
+        for p in params:
+            self.stream.wait_event(self.events[p])
+        with torch.cuda.stream(self.stream):
+            yield
+
+
+def start_reductions(optimizers, events):
+    """Start the optimizers' gradient reductions over ranks in the order the backward pass finished their
+    gradients, each waiting only for its own: with the step's last micro-batch queued, most of them run during
+    its backward pass. Communications run in the order they are started, so a reduction started early but
+    ready late would hold up the ones behind it."""
+    reductions = [reduction for optimizer in optimizers for reduction in optimizer.reductions()]
+    for params, start in sorted(reductions, key=lambda reduction: events.ready(reduction[0])):
+        with events.after(params):
+            start()
 
 
 def make_optimizers(model, args, world_size):
@@ -1735,6 +1810,7 @@ def build_model(args, device, world_size):
     if world_size > 1:
         for p in model.parameters():
             dist.broadcast(p.detach(), 0)
+        model.grad_events = GradientEvents(model)
     return model
 
 
@@ -1817,6 +1893,8 @@ def train_step(model, micro_batches, adam, normuon, step, args, world_size):
     if step > untie_step(args) and adam.late is not None:  # the first untied step (benchmarks skip steps)
         adam.untie(model.head.weight)  # the embedding, Adam's late parameter, starts as the head's copy
     windows = set_step_state(model, step, args)
+    if model.grad_events is not None:
+        model.grad_events.begin_step()
     loss = torch.zeros((), device=micro_batches[0].inputs.device)
     for micro in micro_batches:
         loss += forward_backward(model, micro, windows) if model.graphs is None else model.graphs(micro, windows)
@@ -1827,9 +1905,8 @@ def train_step(model, micro_batches, adam, normuon, step, args, world_size):
         group["momentum"] = matrix_momentum(step, args)
     adam_step = step % 2 == 1
     reductions = []
-    if world_size > 1:  # Adam's gradients are summed while NorMuon computes (queued first, they go first)
-        if adam_step:
-            adam.sum_gradients()
+    if world_size > 1:  # most gradients are summed during the last micro-batch's backward pass
+        start_reductions([normuon, adam] if adam_step else [normuon], model.grad_events)
         reductions.append(dist.all_reduce(loss, async_op=True))
     normuon.step()
     normuon.zero_grad(set_to_none=False)  # in place: the graphs hold the gradients' addresses

@@ -228,3 +228,38 @@ def test_graphed_micro_steps_equal_uncaptured_ones():
     apart, noise = distances(weights[0], weights[1]), distances(weights[2], weights[1])
     for key in moved:
         assert apart[key] <= max(0.15 * moved[key], 2 * noise[key]), key
+
+
+def test_work_after_gradient_events_sees_each_replay_s_final_gradients_before_its_backward_pass_ends():
+    """GradientEvents under MicroStepGraphs, as with several ranks: work queued with after(params) once a
+    micro-batch is queued must read that micro-batch's final gradients (not the previous replay's, not
+    zeros, not a part) in every mode (uncaptured, captured, replayed), and on a replay the last layer's must be
+    read while the earlier layers' backward pass still runs. The hooks must not break the compiled regions."""
+    torch._dynamo.utils.counters.clear()
+    args = tg.parse_args(["--smoke", "--model_dim", "768", "--head_dim", "128", "--micro_batch_tokens", "16384",
+                          "--batch_tokens", "16384"])
+    device = torch.device("cuda")
+    model = tg.build_model(args, device, 1)
+    randomise_zero_initialised(model)  # a zero projection would leave the fc gradient zero
+    events = tg.GradientEvents(model)
+    loader = tg.PrefetchLoader(tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True), device)
+    windows = tg.set_step_state(model, 0, args)
+    last = [model.blocks[-1].mlp.fc.weight, model.blocks[-1].mlp.proj.weight]
+    for call in range(4):  # uncaptured, captured, replayed twice
+        (micro,) = loader.send(tg.BatchShape(16384, 2048, 1))
+        model.zero_grad(set_to_none=False)
+        events.begin_step()
+        begin, end, read = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        begin.record()
+        model.graphs(micro, windows)
+        end.record()
+        with events.after(last):
+            seen = [p.grad.clone() for p in last]
+            read.record()
+        torch.cuda.synchronize()
+        for grad, p in zip(seen, last):
+            assert p.grad.abs().max() > 0 and torch.equal(grad, p.grad), call
+        if call >= 2:
+            assert begin.elapsed_time(read) < begin.elapsed_time(end), call
+    assert len(model.graphs.graphs) == 1
+    assert not torch._dynamo.utils.counters["graph_break"]

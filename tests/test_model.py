@@ -2,6 +2,7 @@
 several processes), the model, the command line, the schedules, and the CPU smoke run."""
 import copy
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import json
@@ -347,6 +348,138 @@ def test_sharded_adam_equals_single_process(world_size, tmp_path):
         for p, q in zip(params, single):
             assert torch.allclose(p, q, rtol=0, atol=1e-6)
     assert not torch.allclose(single[0], single[-1])  # the untied copy went its own way
+
+
+def run_reductions(rank, world_size, num_shares):
+    """The untied smoke model's backward pass over micro-batch `rank` of num_shares (one process: all of them,
+    accumulated), its reductions started by start_reductions. Returns what this rank's optimizers would step
+    on, waited for: {matrix name: its summed gradient} for NorMuon's matrices of this rank,
+    {name: (first element, summed gradient of this rank's slice)} for Adam's parameters."""
+    args = tg.parse_args(["--smoke"])
+    model = tg.build_model(args, torch.device("cpu"), world_size)
+    model.tied = False
+    randomise_zero_initialised(model)
+    events = model.grad_events or tg.GradientEvents(model)
+    adam, normuon = tg.make_optimizers(model, args, world_size)
+    source = tg.TrainSource(args.train_files, rank, world_size, repeat=True)
+    for micro in next(tg.synchronous_batches(source, [tg.BatchShape(768, 512, num_shares // world_size)])):
+        tg.forward_backward(model, micro, (128, 256))
+    tg.start_reductions([normuon, adam], events)
+    names, received = {p: n for n, p in model.named_parameters()}, {}
+    for i, (_, matrices) in enumerate(normuon.parts):
+        grads, work = normuon.reduced.pop(i)
+        if work is not None:
+            work.wait()
+        mine = matrices[rank * len(grads):][: len(grads)]  # the padding's zeros are nobody's
+        received.update({names[p]: g for p, g in zip(mine, grads)})
+    for p, (grad, work) in adam.reduced.items():
+        if work is not None:
+            work.wait()
+        start, end, _ = adam.slice(p)
+        received[names[p]] = (start, grad[: end - start])
+    return received
+
+
+def test_reductions_started_in_the_backward_pass_sum_each_ranks_share_as_one_process_does(tmp_path):
+    """Two ranks, each with one of a step's two micro-batches, their reductions started by start_reductions
+    (NorMuon's groups in two parts each, Adam's parameters one by one): every rank must receive, for its
+    matrices and slices, the gradients one process accumulates over both micro-batches, and between them the
+    ranks must cover every parameter."""
+    single = run_reductions(0, 1, 2)
+    mp.spawn(gloo_worker, args=(2, free_port(), str(tmp_path), run_reductions), nprocs=2)
+    matrices, slices = set(), {name: [] for name, g in single.items() if isinstance(g, tuple)}
+    for rank in range(2):
+        for name, grad in torch.load(tmp_path / f"rank{rank}.pt").items():
+            if isinstance(grad, tuple):
+                (start, grad), expected = grad, single[name][1]
+                expected = expected[start : start + len(grad)]
+                slices[name].append((start, start + len(grad)))
+            else:
+                expected = single[name]
+                matrices.add(name)
+            if not len(grad):  # a scalar's slice on the rank after the one holding it
+                continue
+            assert expected.abs().max() > 0, name
+            assert rel_error(grad, expected) < 1e-4, name  # float32 sums in another order (a scalar: 1.7e-5)
+    assert matrices == set(single) - set(slices)
+    for name, bounds in slices.items():  # the ranks' slices tile the parameter
+        ends = [0] + [end for _, end in sorted(bounds)]
+        assert [start for start, _ in sorted(bounds)] == ends[:-1] and ends[-1] == len(single[name][1]), name
+
+
+TRAIN_STEPS = ["--smoke", "--scheduled_steps", "6", "--extension_steps", "0", "--untie_frac", "0.5"]
+
+
+def run_train_steps(rank, world_size, num_shares):
+    """The six steps of TRAIN_STEPS (the untie after step 3, Adam on odd steps) through train_step, as rank
+    `rank` of world_size: each rank trains on its micro-batches of every step; one process takes them all."""
+    args = tg.parse_args(TRAIN_STEPS)
+    model = tg.build_model(args, torch.device("cpu"), world_size)
+    adam, normuon = tg.make_optimizers(model, args, world_size)
+    source = tg.TrainSource(args.train_files, rank, world_size, repeat=True)
+    shapes = [tg.train_shape(args, world_size, tg.TRAINING_STAGES[tg.stage_index(s, args)]) for s in range(6)]
+    losses = [tg.train_step(model, batch, adam, normuon, step, args, world_size).item()
+              for step, batch in enumerate(tg.synchronous_batches(source, shapes))]
+    return losses, {name: p.detach() for name, p in model.named_parameters()}
+
+
+def test_two_ranks_train_as_one_process_does_within_rounding(tmp_path):
+    """Six steps of train_step on two ranks, across the untie: the ranks must hold the same weights, bit for bit,
+    and log the losses one process logs. After the first two steps the losses may part by rounding: the
+    optimizers turn the float32 sums' rounding in weak directions into whole updates (Adam's first step is
+    sign(g) * lr), which moved these losses by up to 3e-4 relative at the sixth step; a micro-batch lost or
+    counted twice moves the first step's by far more than 1e-5."""
+    losses, _ = run_train_steps(0, 1, 2)
+    mp.spawn(gloo_worker, args=(2, free_port(), str(tmp_path), run_train_steps), nprocs=2)
+    (losses_0, params_0), (losses_1, params_1) = (torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2))
+    assert losses_0 == losses_1 and all(torch.equal(params_0[name], params_1[name]) for name in params_0)
+    assert losses_0[:2] == pytest.approx(losses[:2], rel=1e-5)
+    assert losses_0 == pytest.approx(losses, rel=1e-3)
+
+
+def test_reductions_start_in_the_order_the_backward_pass_finishes_gradients():
+    """After one backward pass start_reductions starts the head's reduction before every hidden matrix's, the
+    part holding the last layer's matrices before the one holding layer 0's, and the embeddings' (used first in
+    the forward pass) after every matrix's; each reduction once."""
+    args = tg.parse_args(["--smoke"])
+    model = tg.GPT(args, fp8=False)
+    model.tied = False
+    events = tg.GradientEvents(model)
+    named = [(n, p) for n, p in model.named_parameters() if tg.param_config(n).optimizer == "normuon"]
+    normuon = tg.NorMuon(named, lr=0.01, wd=0.0, world_size=2)  # two ranks: each group in two parts
+    adam = tg.Adam([(n, p) for n, p in model.named_parameters() if tg.param_config(n).optimizer == "adam"],
+                   lr=0.01, wd=0.0)
+    adam.untie(model.head.weight)  # the embedding joins Adam's groups
+    (micro,) = next(tg.synchronous_batches(tg.TrainSource(args.train_files, 0, 1, repeat=True),
+                                           [tg.BatchShape(768, 512, 1)]))
+    tg.forward_backward(model, micro, (128, 256))
+    started = []
+
+    class Logged:
+        def __init__(self, optimizer):
+            self.optimizer = optimizer
+
+        def reductions(self):
+            return [(params, functools.partial(started.append, params))
+                    for params, _ in self.optimizer.reductions()]
+
+    tg.start_reductions([Logged(normuon), Logged(adam)], events)
+    names = {p: n for n, p in model.named_parameters()}
+    order = [{names[p] for p in params} for params in started]
+    assert len(order) == len(normuon.parts) + sum(p.grad is not None for g in adam.param_groups for p in g["params"])
+    assert len(normuon.parts) == 2 * len(normuon.param_groups)
+    assert sorted(n for names_ in order for n in names_) == sorted(names.values())
+
+    def index(name):
+        return next(i for i, names_ in enumerate(order) if name in names_)
+
+    last = args.num_layers - 1
+    matrices = [index(n) for n, _ in named]
+    assert index("head.weight") < min(matrices)
+    assert index(f"blocks.{last}.mlp.fc.weight") < index("blocks.0.mlp.fc.weight")
+    qkv = [n for n, _ in named if n.endswith("attn.qkv")]  # some layers have no attention
+    assert index(qkv[-1]) < index(qkv[0])
+    assert index("embed.weight") > max(matrices) and index("value_embeds.0.weight") > max(matrices)
 
 
 ADAM = dict(lr=0.01, betas=(0.8, 0.95), wd=3.0, eps=1e-10)
