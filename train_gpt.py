@@ -1006,8 +1006,7 @@ class NorMuon(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self):
         if not self.reduced:
-            for _, start in self.reductions():
-                start()
+            start_reductions([self])
         gathers = []
         for i, (group, matrices) in enumerate(self.parts):
             grad, work = self.reduced.pop(i)
@@ -1091,8 +1090,7 @@ class Adam(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self):
         if not self.reduced:
-            for _, start in self.reductions():
-                start()
+            start_reductions([self])
         gathers = []
         for group in self.param_groups:
             params = [p for p in group["params"] if p in self.reduced]
@@ -1157,13 +1155,12 @@ class GradientEvents:
     backward pass). On the CPU there are no events: the hooks only note the order."""
 
     def __init__(self, model):
-        self.events, self.order = {}, {}
-        self.stream = None
-        for p in model.parameters():
-            self.events[p] = torch.cuda.Event(external=True) if p.is_cuda else None
+        device = next(model.parameters()).device
+        cuda = device.type == "cuda"
+        self.stream, self.order = torch.cuda.Stream(device) if cuda else None, {}
+        self.events = {p: torch.cuda.Event(external=True) if cuda else None for p in model.parameters()}
+        for p in self.events:
             p.register_post_accumulate_grad_hook(self.final)
-            if p.is_cuda and self.stream is None:
-                self.stream = torch.cuda.Stream(p.device)
 
     def final(self, p):
         self.order.setdefault(p, len(self.order))
@@ -1193,12 +1190,17 @@ class GradientEvents:
             yield
 
 
-def start_reductions(optimizers, events):
+def start_reductions(optimizers, events=None):
     """Start the optimizers' gradient reductions over ranks in the order the backward pass finished their
     gradients, each waiting only for its own: with the step's last micro-batch queued, most of them run during
     its backward pass. Communications run in the order they are started, so a reduction started early but
-    ready late would hold up the ones behind it."""
+    ready late would hold up the ones behind it. Without events: all at once, in the optimizers' order (an
+    optimizer's step() whose reductions nobody started)."""
     reductions = [reduction for optimizer in optimizers for reduction in optimizer.reductions()]
+    if events is None:
+        for _, start in reductions:
+            start()
+        return
     for params, start in sorted(reductions, key=lambda reduction: events.ready(reduction[0])):
         with events.after(params):
             start()
