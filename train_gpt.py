@@ -118,15 +118,24 @@ class Stage:
     mtp: tuple  # multi-token prediction: per target (the next token, the one after, ...) its loss weight
     # at the stage's start and at its end, linear in between
     prefix: tuple = ()  # the prefix-token loss: its weight at the stage's start and end, as in mtp; (): none
+    candidates: int = 0  # the training loss's softmax over this many vocabulary rows a micro-batch: every target
+    # of the micro-batch and sampled others (choose_candidates); 0 or at least vocab_size: the whole vocabulary
 
 
 # The public speedrun's staged schedule (record #89): small batches, short sequences and short windows first.
-# The last row is the extension after scheduled_steps; the final validation sees longer windows still.
+# The last row is the extension after scheduled_steps; the final validation sees longer windows still. The
+# sampled softmax (record #92: 10,240 rows, then 14,336, then 24,576) gives way to the whole vocabulary for the
+# last 6 % of the scheduled steps and the extension, #92's fractions of its run; the last stage is cut in three
+# rows for it.
 TRAINING_STAGES = (
     Stage(end=1 / 3, batch=Fraction(1, 3), max_seq_len=896, windows=(1, 3), lr_mul=1.0,
-          mtp=((1, 1), (0.5, 0.5), (0.25, 0)), prefix=((0.25, 0.25),)),
+          mtp=((1, 1), (0.5, 0.5), (0.25, 0)), prefix=((0.25, 0.25),), candidates=10240),
     Stage(end=2 / 3, batch=Fraction(2, 3), max_seq_len=2048, windows=(3, 7), lr_mul=1.52, mtp=((1, 1), (0.5, 0)),
-          prefix=((0.25, 0),)),
+          prefix=((0.25, 0),), candidates=10240),
+    Stage(end=0.822, batch=Fraction(1), max_seq_len=2048, windows=(5, 11), lr_mul=1.73, mtp=((1, 1),),
+          candidates=14336),
+    Stage(end=0.943, batch=Fraction(1), max_seq_len=2048, windows=(5, 11), lr_mul=1.73, mtp=((1, 1),),
+          candidates=24576),
     Stage(end=1.0, batch=Fraction(1), max_seq_len=2048, windows=(5, 11), lr_mul=1.73, mtp=((1, 1),)),
     Stage(end=math.inf, batch=Fraction(1), max_seq_len=2048, windows=(6, 13), lr_mul=1.73, mtp=((1, 1),)),
 )
@@ -811,7 +820,13 @@ class Head(nn.Module):
     prefix_term, also against the next token's prefix token (#88: the token of the longest proper prefix of
     its bytes, from prefix_tokens; none for one-byte tokens). The step's weights are in loss_weights, in
     that order (set by train_step, on the device so that CUDA graphs read them). The loss returned is the
-    next-token term alone."""
+    next-token term alone.
+
+    Given candidates (the micro-batch's sampled softmax, #92), the softmax runs over those rows of the
+    vocabulary alone: the logits, their loss kernels and the matmuls shrink to them, and only their rows of the
+    weight get a gradient. They hold every target of the micro-batch, so every next and later token; a prefix
+    token not among them is left out of the objective. No correction for the sampling: the loss is that of the
+    rows kept. Validation always takes the whole vocabulary."""
 
     def __init__(self, dim, vocab_size, fp8, prefix_tokens, initial_shares):
         super().__init__()
@@ -823,14 +838,22 @@ class Head(nn.Module):
         most = max(len(stage.mtp) + len(stage.prefix) for stage in TRAINING_STAGES)
         self.register_buffer("loss_weights", torch.ones(most), persistent=False)
 
-    def forward(self, x, sources, targets):
+    def forward(self, x, sources, targets, candidates=None):
         x = rms_norm(self.dense(x, sources))
         if torch.is_grad_enabled():
+            weight = self.weight
+            prefix = self.prefix_tokens[targets.long()] if self.prefix_term else None
+            if candidates is not None:  # each token id becomes its row among the candidates, or -1
+                weight = weight[candidates]
+                targets = torch.searchsorted(candidates, targets, out_int32=True)
+                if prefix is not None:
+                    row = torch.searchsorted(candidates, prefix, out_int32=True).clamp(max=len(candidates) - 1)
+                    prefix = torch.where(candidates[row] == prefix, row, -1)
             columns = [F.pad(targets[k:], (0, k), value=-1) for k in range(self.mtp_terms)]
-            if self.prefix_term:
-                columns.append(self.prefix_tokens[targets.long()])
+            if prefix is not None:
+                columns.append(prefix)
             weights = self.loss_weights[: len(columns)]
-            return HeadLoss.apply(x, self.weight, torch.stack(columns, dim=1), weights, self.fp8)
+            return HeadLoss.apply(x, weight, torch.stack(columns, dim=1), weights, self.fp8)
         # validation: no gradient to compute, and no FP8: the loss of the logits as they are in bf16
         logits = F.linear(x, self.weight.type_as(x)).float()
         return F.cross_entropy(softcap(logits), targets.long(), reduction="sum")
@@ -915,7 +938,7 @@ class GPT(nn.Module):
             if i in (self.skip_from, saved, *self.dense_layers):
                 outputs[i] = x
         sources = [entering, *(outputs[i] for i in self.dense_layers), value_embeds[self.value_layers[0]]]
-        return self.head(x, sources, batch.targets)
+        return self.head(x, sources, batch.targets, batch.candidates)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1264,10 +1287,11 @@ def attention_windows(step, args):
 
 
 def yarn_windows(step, args):
-    """The long window of every stage so far: rotary's YaRN stretch follows each change of it. The final
-    validation's longer window is no new stage and gets no stretch."""
+    """Each long window the run has had so far, in order: rotary's YaRN stretch follows each change of it. The
+    final validation's longer window is no new stage and gets no stretch."""
     index = stage_index(min(step, total_steps(args) - 1), args)
-    return tuple(WINDOW_BLOCK * stage.windows[1] for stage in TRAINING_STAGES[: index + 1])
+    longs = [WINDOW_BLOCK * stage.windows[1] for stage in TRAINING_STAGES[: index + 1]]
+    return tuple(w for i, w in enumerate(longs) if i == 0 or w != longs[i - 1])
 
 
 def loss_weights(step, args):
@@ -1387,6 +1411,7 @@ class BatchShape:
     tokens: int  # tokens per micro-batch on one rank
     max_seq_len: int
     accum_steps: int  # micro-batches per optimizer step
+    candidates: int = 0  # the sampled softmax's vocabulary rows per micro-batch (choose_candidates); 0: none
 
 
 @dataclass
@@ -1395,26 +1420,28 @@ class SequenceBoundaries:
     max_len: int
 
 
-# what a batch carries to the device: per-token fields (a MicroBatch's), then the sequences' boundaries
+# what a batch carries to the device: per-token fields (a MicroBatch's), then the sequences' boundaries and the
+# sampled softmax's vocabulary rows
 TOKEN_FIELDS = ("inputs", "targets", "bigram_rows", "bigram_signs")
-HOST_FIELDS = TOKEN_FIELDS + ("cu_seqlens",)
+HOST_FIELDS = TOKEN_FIELDS + ("cu_seqlens", "candidates")
 
 
 class HostBuffers:
     """One slot of host memory for a step's batch, and the event of the copy that last read it."""
 
     def __init__(self, pin_memory):
-        self.pin_memory, self.capacity = pin_memory, 0
+        self.pin_memory, self.tensors = pin_memory, {}
         self.copied = torch.cuda.Event() if pin_memory else None
 
-    def reserve(self, tokens):
-        """Wait until the last copy out of this slot is done, then make room for `tokens` tokens."""
+    def reserve(self, tokens, candidates):
+        """Wait until the last copy out of this slot is done, then make room for `tokens` of each per-token field
+        and of cu_seqlens, and for `candidates` rows; numpy views in HOST_FIELDS order."""
         if self.copied is not None:
             self.copied.synchronize()
-        if tokens > self.capacity:
-            make = lambda: torch.empty(tokens, dtype=torch.int32, pin_memory=self.pin_memory)  # noqa: E731
-            self.tensors = {name: make() for name in HOST_FIELDS}
-            self.capacity = tokens
+        for name in HOST_FIELDS:
+            size = candidates if name == "candidates" else tokens
+            if name not in self.tensors or self.tensors[name].numel() < size:
+                self.tensors[name] = torch.empty(size, dtype=torch.int32, pin_memory=self.pin_memory)
         return [self.tensors[name].numpy() for name in HOST_FIELDS]
 
 
@@ -1425,11 +1452,13 @@ class HostBatch:
     buffers: HostBuffers
     num_seqs: list  # per micro-batch
     max_lens: list  # per micro-batch
+    sampled: list  # per micro-batch: whether its candidates held all its targets (else: the whole vocabulary)
 
     def tensors(self):
         """The filled part of the slot, one tensor per name in HOST_FIELDS."""
         n_tokens = self.shape.tokens * self.shape.accum_steps
-        filled = {"cu_seqlens": sum(n + 1 for n in self.num_seqs)}
+        filled = {"cu_seqlens": sum(n + 1 for n in self.num_seqs),
+                  "candidates": self.shape.candidates * self.shape.accum_steps}
         return [self.buffers.tensors[name][: filled.get(name, n_tokens)] for name in HOST_FIELDS]
 
 
@@ -1444,11 +1473,29 @@ def hash_bigrams(inputs, rows, signs):
     np.remainder(np.bitwise_xor(previous, current), BIGRAM_SIGN_ROWS, out=signs[1:])
 
 
+def choose_candidates(targets, vocab_size, start, out):
+    """The vocabulary rows of one micro-batch's sampled softmax (the public record's #92), in ascending order
+    into `out`: every distinct target, topped up to len(out) rows with others, the first not among them along a
+    fixed walk through the vocabulary (a stride coprime to its size) from `start`. The micro-batch's own start
+    (see TrainSource) gives it the same rows on any world size, and over many micro-batches every row its turn.
+    Returns False, `out` untouched, when the distinct targets alone are more than len(out)."""
+    chosen = np.zeros(vocab_size, dtype=bool)
+    chosen[targets] = True
+    missing = len(out) - np.count_nonzero(chosen)
+    if missing < 0:
+        return False
+    stride = next(s for s in range(int(0.618 * vocab_size), vocab_size) if math.gcd(s, vocab_size) == 1)
+    walk = (start + stride * np.arange(len(out), dtype=np.int64)) % vocab_size  # distinct: at most d of them chosen
+    chosen[walk[~chosen[walk]][:missing]] = True
+    out[:] = np.flatnonzero(chosen)
+    return True
+
+
 def _pack_documents(tokens, starts, lengths, max_len, buffers):
     """Copy one micro-batch of documents (starts, lengths) back to back into inputs/targets, each split into
     attention sequences of at most max_len tokens; hash its bigrams; write the sequences' boundaries to
     cu_seqlens; return their number and the longest. buffers: numpy views in HOST_FIELDS order."""
-    inputs, targets, bigram_rows, bigram_signs, cu_seqlens = buffers
+    inputs, targets, bigram_rows, bigram_signs, cu_seqlens, _ = buffers
     pieces = -(-lengths // max_len)
     first = np.repeat(np.cumsum(pieces) - pieces, pieces)  # index of each piece's first sibling
     offset = (np.arange(pieces.sum()) - first) * max_len  # where each piece starts inside its document
@@ -1472,9 +1519,10 @@ class TrainSource:
     so every world size trains on the same tokens. A cursor is (shard number, document number).
     """
 
-    def __init__(self, pattern, rank, world_size, repeat, pin_memory=False):
+    def __init__(self, pattern, rank, world_size, repeat, pin_memory=False, vocab_size=Hyperparameters.vocab_size):
         self.pattern, self.paths = pattern, shard_paths(pattern)
         self.rank, self.world_size, self.repeat = rank, world_size, repeat
+        self.vocab_size = vocab_size
         self.shards = ShardCache(self.paths, pin_memory, wrap=repeat)
         self.start = (0, 0)
 
@@ -1500,18 +1548,25 @@ class TrainSource:
             shard, doc = shard + 1, 0
 
     def build(self, cursor, shape, buffers):
-        *per_token, cu_seqlens = buffers.reserve(shape.accum_steps * (shape.tokens + 1))
-        num_seqs, max_lens = [], []
+        """The batch at `cursor`, built into `buffers`: a HostBatch, and the cursor after it."""
+        host = HostBatch(shape, cursor, buffers, [], [], [])
+        *per_token, cu_seqlens, candidates = buffers.reserve(shape.accum_steps * (shape.tokens + 1),
+                                                             shape.accum_steps * shape.candidates)
         for a in range(shape.accum_steps):
             for r in range(self.world_size):
+                shard, doc = cursor
                 (tokens, starts, lengths), cursor = self._micro_batch(cursor, shape)
                 if r == self.rank:
-                    t, c = a * shape.tokens, sum(n + 1 for n in num_seqs)
-                    at = [b[t:] for b in per_token] + [cu_seqlens[c:]]
+                    t, c = a * shape.tokens, sum(n + 1 for n in host.num_seqs)
+                    at = [b[t:] for b in per_token] + [cu_seqlens[c:], None]
                     n, max_len = _pack_documents(tokens, starts, lengths, shape.max_seq_len, at)
-                    num_seqs.append(n)
-                    max_lens.append(max_len)
-        return num_seqs, max_lens, cursor
+                    host.num_seqs.append(n)
+                    host.max_lens.append(max_len)
+                    rows = candidates[a * shape.candidates: (a + 1) * shape.candidates]
+                    start = (shard * 1_000_003 + doc) * 2_654_435_761 % self.vocab_size  # any spread of starts
+                    host.sampled.append(len(rows) > 0 and choose_candidates(per_token[1][t: t + shape.tokens],
+                                                                            self.vocab_size, start, rows))
+        return host, cursor
 
 
 class ValSource:
@@ -1540,25 +1595,24 @@ class ValSource:
         return len(range(rank, self.num_chunks, self.world_size))
 
     def build(self, cursor, shape, buffers):
-        assert shape.tokens == self.chunk and shape.accum_steps == 1
-        host = buffers.reserve(self.chunk + 1)
+        assert shape.tokens == self.chunk and shape.accum_steps == 1 and not shape.candidates
+        views = buffers.reserve(self.chunk + 1, 0)
         begin = cursor * self.chunk
         window = self.tokens[begin: begin + self.chunk + 1]
         starts = np.union1d([0], np.flatnonzero(window[:-1] == BOS))
         lengths = np.diff(np.append(starts, self.chunk))
-        num_seqs, max_len = _pack_documents(window, starts, lengths, self.chunk, host)
+        num_seqs, max_len = _pack_documents(window, starts, lengths, self.chunk, views)
         next_cursor = cursor + self.world_size
-        return [num_seqs], [max_len], next_cursor if next_cursor < self.num_chunks else next_cursor % self.world_size
+        host = HostBatch(shape, cursor, buffers, [num_seqs], [max_len], [False])
+        return host, next_cursor if next_cursor < self.num_chunks else next_cursor % self.world_size
 
 
 def synchronous_batches(source, shapes):
     """The reference stream: what a PrefetchLoader must return, built on the calling thread."""
     cursor = source.start
     for shape in shapes:
-        buffers = HostBuffers(pin_memory=False)
-        num_seqs, max_lens, cursor = source.build(cursor, shape, buffers)
-        host = HostBatch(shape, None, buffers, num_seqs, max_lens)
-        yield _micro_batches(shape, *host.tensors(), num_seqs, max_lens)
+        host, cursor = source.build(cursor, shape, HostBuffers(pin_memory=False))
+        yield _micro_batches(host, host.tensors())
 
 
 @dataclass
@@ -1568,14 +1622,18 @@ class MicroBatch:
     bigram_rows: torch.Tensor  # int32 (tokens,): each token's row of the bigram table (hash_bigrams)
     bigram_signs: torch.Tensor  # int32 (tokens,): each token's bigram sign pattern
     seqs: SequenceBoundaries
+    candidates: Optional[torch.Tensor] = None  # int32 (rows,): the sampled softmax's rows; None: the whole vocabulary
 
 
-def _micro_batches(shape, inputs, targets, bigram_rows, bigram_signs, cu_seqlens, num_seqs, max_lens):
-    batches, c = [], 0
-    for a, (n, max_len) in enumerate(zip(num_seqs, max_lens)):
+def _micro_batches(host, tensors):
+    """The micro-batches of a HostBatch, from its tensors (host.tensors(), or their copies on the device)."""
+    *per_token, cu_seqlens, candidates = tensors
+    shape, batches, c = host.shape, [], 0
+    for a, (n, max_len, sampled) in enumerate(zip(host.num_seqs, host.max_lens, host.sampled)):
         t = slice(a * shape.tokens, (a + 1) * shape.tokens)
         seqs = SequenceBoundaries(cu_seqlens[c: c + n + 1], max_len)
-        batches.append(MicroBatch(inputs[t], targets[t], bigram_rows[t], bigram_signs[t], seqs))
+        rows = candidates[a * shape.candidates: (a + 1) * shape.candidates] if sampled else None
+        batches.append(MicroBatch(*(field[t] for field in per_token), seqs, rows))
         c += n + 1
     return batches
 
@@ -1610,10 +1668,8 @@ class PrefetchLoader:
         self.building = None  # Future of the batch after it
 
     def _build(self, shape, slot):
-        buffers = self.slots[slot]
-        start = self.cursor
-        num_seqs, max_lens, self.cursor = self.source.build(start, shape, buffers)
-        return HostBatch(shape, start, buffers, num_seqs, max_lens)
+        host, self.cursor = self.source.build(self.cursor, shape, self.slots[slot])
+        return host
 
     def _submit(self, shape):
         slot, self.next_slot = self.next_slot, (self.next_slot + 1) % self.SLOTS
@@ -1657,7 +1713,7 @@ class PrefetchLoader:
             compute.wait_event(host.buffers.copied)  # recorded right after this batch's copy
             for t in tensors:
                 t.record_stream(compute)
-        return _micro_batches(shape, *tensors, host.num_seqs, host.max_lens)
+        return _micro_batches(host, tensors)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1830,8 +1886,8 @@ class MicroStepGraphs:
     """forward_backward replayed as CUDA graphs: at the 16K-token micro-batches of the first stage the host
     took longer to queue a micro-batch's ~1,000 kernels than the GPU took to run them (docs/performance.md).
 
-    One graph per micro-batch size, longest sequence (it sets FlashAttention's grid), windows, tie state and
-    the head's loss terms.
+    One graph per micro-batch size, longest sequence (it sets FlashAttention's grid), windows, tie state, the
+    head's loss terms and its sampled rows' number.
     A key's first micro-batch runs uncaptured (it compiles the regions), its second is captured. A replay
     reads the micro-batch from static buffers, its cu_seqlens padded with empty sequences to one sequence
     per GRAPH_TOKENS_PER_SEQ tokens; a micro-batch with more sequences runs uncaptured. The graphs add into the
@@ -1843,15 +1899,15 @@ class MicroStepGraphs:
 
     def __call__(self, micro, windows):
         tokens, n = micro.inputs.numel(), micro.seqs.cu_seqlens.numel() - 1
-        head = self.model.head
-        key = (tokens, micro.seqs.max_len, windows, self.model.tied, head.mtp_terms, head.prefix_term)
+        head, rows = self.model.head, None if micro.candidates is None else micro.candidates.numel()
+        key = (tokens, micro.seqs.max_len, windows, self.model.tied, head.mtp_terms, head.prefix_term, rows)
         if n > tokens // GRAPH_TOKENS_PER_SEQ or (key not in self.graphs and key not in self.seen):
             self.seen.add(key)
             return forward_backward(self.model, micro, windows)
         if key not in self.graphs:
             self.graphs[key] = self.capture(micro, windows)
         graph, static, loss = self.graphs[key]
-        for name in TOKEN_FIELDS:
+        for name in TOKEN_FIELDS + ("candidates",) * (rows is not None):
             getattr(static, name).copy_(getattr(micro, name))
         cu = static.seqs.cu_seqlens
         cu.copy_(micro.seqs.cu_seqlens[-1:].expand_as(cu))  # the padding: empty sequences at the end
@@ -1863,7 +1919,8 @@ class MicroStepGraphs:
         tokens = micro.inputs.numel()
         cu = torch.empty(tokens // GRAPH_TOKENS_PER_SEQ + 1, dtype=torch.int32, device=micro.inputs.device)
         static = MicroBatch(*(torch.empty_like(getattr(micro, name)) for name in TOKEN_FIELDS),
-                            SequenceBoundaries(cu, micro.seqs.max_len))
+                            SequenceBoundaries(cu, micro.seqs.max_len),
+                            None if micro.candidates is None else torch.empty_like(micro.candidates))
         graph = torch.cuda.CUDAGraph()
         # thread_local: the loader's worker thread goes on with its own CUDA calls during the capture
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
@@ -1954,13 +2011,15 @@ def init_process():
 
 def train_shape(args, world_size, stage):
     """Each rank's share of a stage's batch: micro-batches of the stage's share of micro_batch_tokens (the
-    8-GPU record's per-rank shapes), accumulated."""
+    8-GPU record's per-rank shapes), accumulated; and the stage's sampled softmax, unless it is the whole
+    vocabulary."""
     batch, micro = args.batch_tokens * stage.batch, args.micro_batch_tokens * stage.batch
     if batch.denominator != 1 or micro.denominator != 1 or batch % (world_size * micro):
         raise UserError(f"--batch_tokens: {args.batch_tokens} and --micro_batch_tokens {args.micro_batch_tokens} "
                         f"must give whole batches at each stage's share ({stage.batch}) with micro-batches that "
                         f"divide them over world_size {world_size}; choose sizes that divide")
-    return BatchShape(int(micro), stage.max_seq_len, int(batch // (world_size * micro)))
+    candidates = stage.candidates if stage.candidates < args.vocab_size else 0
+    return BatchShape(int(micro), stage.max_seq_len, int(batch // (world_size * micro)), candidates)
 
 
 def warm_up_steps(args, shapes):
@@ -1987,7 +2046,7 @@ def precompile(args, device, shapes, val_shape, stages):
             with torch.no_grad():
                 model(micro, stretch_and_windows(model, 0, args))
             continue
-        source = TrainSource(args.train_files, 0, 1, args.repeat_train_files)
+        source = TrainSource(args.train_files, 0, 1, args.repeat_train_files, vocab_size=args.vocab_size)
         micro = PrefetchLoader(source, device).send(shapes[stage])[0]
         for step in warm_up_steps(args, shapes)[stage]:
             forward_backward(model, micro, set_step_state(model, step, args))
@@ -2005,8 +2064,12 @@ class Precompiler:
 
     def __init__(self, args, device, shapes, val_shape, log):
         self.helpers, self.log = {}, log
-        later = list(warm_up_steps(args, shapes))[1:]
-        jobs = [[stage] for stage in later]
+        jobs = []  # the later stages, those of one micro-batch size in one job: only the head differs between them
+        for stage in list(warm_up_steps(args, shapes))[1:]:
+            if jobs and shapes[jobs[-1][-1]].tokens == shapes[stage].tokens:
+                jobs[-1].append(stage)
+            else:
+                jobs.append([stage])
         if jobs:
             jobs[-1].append(None)
         spawns = int(os.environ.get("LOCAL_RANK", 0)) == 0
@@ -2049,7 +2112,8 @@ def train(args, rank, world_size, device, log, startup):
     val_shape = BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
 
     clock = time.perf_counter()  # the data first: a bad shard stops the run before any helper process starts
-    train_source = TrainSource(args.train_files, rank, world_size, args.repeat_train_files, pin_memory=cuda)
+    train_source = TrainSource(args.train_files, rank, world_size, args.repeat_train_files, pin_memory=cuda,
+                               vocab_size=args.vocab_size)
     val_source = ValSource(args.val_files, args.val_tokens, args.val_seq_tokens, rank, world_size)
     train_loader, val_loader = PrefetchLoader(train_source, device), PrefetchLoader(val_source, device)
     startup["data"] = time.perf_counter() - clock

@@ -40,12 +40,11 @@ class SynchronousLoader:
         self.buffers = tg.HostBuffers(pin_memory=True)
 
     def send(self, shape):
-        start = self.cursor  # building waits for the buffer's last copy (HostBuffers.reserve)
-        num_seqs, max_lens, self.cursor = self.source.build(start, shape, self.buffers)
-        host = tg.HostBatch(shape, start, self.buffers, num_seqs, max_lens)
+        # building waits for the buffer's last copy (HostBuffers.reserve)
+        host, self.cursor = self.source.build(self.cursor, shape, self.buffers)
         tensors = [t.to(self.device, non_blocking=True) for t in host.tensors()]
         self.buffers.copied.record()
-        return tg._micro_batches(shape, *tensors, num_seqs, max_lens)
+        return tg._micro_batches(host, tensors)
 
 
 class ResidentLoader:

@@ -142,8 +142,8 @@ def test_non_finite_loss_stops_the_run_naming_its_step(workdir, monkeypatch):
 
 
 def test_warm_up_leaves_no_trace_in_the_run(workdir, monkeypatch):
-    """The smoke run's warm-up (steps 0-2, 8-10 and 16-18) passes the untie step (17) and ends on an even
-    step, whose Adam gradients are kept: the first timed step must still start tied and with every gradient
+    """The smoke run's warm-up (steps 0-1, 8-9, 16-17, 20-21 and 23-24) passes the untie step (17) and ends on an
+    even step, whose Adam gradients are kept: the first timed step must still start tied and with every gradient
     zero (gradients are zeroed in place, never freed, as the CUDA graphs hold their addresses)."""
     train_step, seen = tg.train_step, []
 
@@ -156,11 +156,11 @@ def test_warm_up_leaves_no_trace_in_the_run(workdir, monkeypatch):
         seen.append((step, before, with_grads(model)))
         return loss
     monkeypatch.setattr(tg, "train_step", watched)
-    assert tg.main(QUICK + ["--warmup_steps", "3"]) == 0
+    assert tg.main(QUICK + ["--warmup_steps", "2"]) == 0
     steps = [step for step, _, _ in seen]
-    assert steps[:9] == [0, 1, 2, 8, 9, 10, 16, 17, 18] and steps[9:] == list(range(26))
-    assert seen[8][2]  # the warm-up's last step left Adam's gradients behind
-    assert seen[9][1] == (True, [])  # the run's first step: tied, no gradient
+    assert steps[:10] == [0, 1, 8, 9, 16, 17, 20, 21, 23, 24] and steps[10:] == list(range(26))
+    assert seen[9][2]  # the warm-up's last step left Adam's gradients behind
+    assert seen[10][1] == (True, [])  # the run's first step: tied, no gradient
 
 
 def test_startup_line_splits_the_start_up_into_phases_that_add_up(workdir):
@@ -172,39 +172,41 @@ def test_startup_line_splits_the_start_up_into_phases_that_add_up(workdir):
     phases = [phase.rsplit(" ", 1) for phase in line.removeprefix("startup: ").split(", ")]
     names = [name for name, _ in phases]
     # no compile cache on the CPU
-    assert names == ["imports", "device and log header", "data", "model", "warm-up stage 0", "warm-up stage 1",
-                     "warm-up stage 2", "validation warm-up", "total"]
+    assert names == ["imports", "device and log header", "data", "model", *(f"warm-up stage {i}" for i in range(5)),
+                     "validation warm-up", "total"]
     seconds = [float(value.removesuffix("s")) for _, value in phases]
     *parts, total = seconds
     assert sum(parts) - 0.05 * len(parts) <= total <= sum(parts) + 0.1 * total + 0.5
 
 
 def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(workdir, monkeypatch):
-    """A cold start's helper process compiles stages 1 and 2 and validation for the warm-up to load: it must run
-    the forward passes the warm-up runs there, at the same batch shapes and in the same compiled-graph states
-    (windows, tie state, the head's loss terms, grad mode). Run here in this process, on the CPU. Three warm-up
-    steps, so that stage 2's (16-18) pass the untie step (17)."""
+    """A cold start's helper processes compile stages 1 to 4 and validation for the warm-up to load: they must
+    run the forward passes the warm-up runs there, at the same batch shapes and in the same compiled-graph states
+    (windows, tie state, the head's loss terms and sampled rows, grad mode). Run here in this process, on the
+    CPU. Three warm-up steps, so that stage 2's (16-18) pass the untie step (17)."""
     calls, forward = [], tg.GPT.forward
 
     def recorded(model, batch, windows):
         head = model.head
-        calls.append((batch.inputs.numel(), windows, model.tied, head.mtp_terms, head.prefix_term,
-                       torch.is_grad_enabled()))
+        rows = None if batch.candidates is None else batch.candidates.numel()
+        calls.append((batch.inputs.numel(), rows, windows, model.tied, head.mtp_terms, head.prefix_term,
+                      torch.is_grad_enabled()))
         return forward(model, batch, windows)
     monkeypatch.setattr(tg.GPT, "forward", recorded)
     flags = QUICK + ["--warmup_steps", "3"]
     assert tg.main(flags) == 0
     args = tg.parse_args(flags)
     shapes = [tg.train_shape(args, 1, stage) for stage in tg.TRAINING_STAGES]
-    assert list(tg.warm_up_steps(args, shapes)) == [0, 1, 2]  # stage 3 has stage 2's shape
-    passes = [3 * shape.accum_steps for shape in shapes[:3]]  # forward passes of each stage's warm-up
-    warm_up = calls[passes[0]: sum(passes) + 1]  # stages 1 and 2, and the validation warm-up's pass
-    assert warm_up[-1][-1] is False and {call[2] for call in warm_up} == {True, False}
+    assert list(tg.warm_up_steps(args, shapes)) == [0, 1, 2, 3, 4]  # the extension has stage 4's shape
+    passes = [3 * shape.accum_steps for shape in shapes[:5]]  # forward passes of each stage's warm-up
+    warm_up = calls[passes[0]: sum(passes) + 1]  # stages 1 to 4, and the validation warm-up's pass
+    assert warm_up[-1][-1] is False and {call[3] for call in warm_up} == {True, False}
+    assert {call[1] for call in warm_up} == {10240, 14336, 24576, None}
 
     calls.clear()
     val_shape = tg.BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
-    tg.precompile(args, torch.device("cpu"), shapes, val_shape, [1, 2, None])
-    assert len(calls) == 3 + 3 + 1  # one micro-batch per warm-up step, one validation batch
+    tg.precompile(args, torch.device("cpu"), shapes, val_shape, [1, 2, 3, 4, None])
+    assert len(calls) == 4 * 3 + 1  # one micro-batch per warm-up step, one validation batch
     assert set(calls) == set(warm_up)
 
 

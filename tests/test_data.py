@@ -225,13 +225,64 @@ def test_small_example_uses_the_last_token_of_a_shard_only_as_a_target(make_shar
         list(tg.synchronous_batches(source, [tg.BatchShape(256, 128, 3)]))
 
 
+def test_choose_candidates_holds_every_target_in_order_and_fills_up_with_other_rows():
+    rng = np.random.default_rng(0)
+    V, P = 50304, 2048
+    targets = rng.integers(0, V, 1500).astype(np.int32)
+    distinct = np.unique(targets)
+    rows = np.full(P, -7, np.int32)
+    assert tg.choose_candidates(targets, V, 12345, rows)
+    assert np.all(np.diff(rows) > 0) and rows[0] >= 0 and rows[-1] < V  # ascending, so distinct, in range
+    assert np.isin(distinct, rows).all()
+    again, elsewhere = np.empty(P, np.int32), np.empty(P, np.int32)
+    assert tg.choose_candidates(targets, V, 12345, again) and tg.choose_candidates(targets, V, 777, elsewhere)
+    assert np.array_equal(rows, again)  # a pure function of the targets and the start
+    assert np.isin(distinct, elsewhere).all() and len(np.setdiff1d(elsewhere, rows)) > (P - len(distinct)) // 2
+    # the others spread over the vocabulary: a fixed walk, not the rows next to the start
+    others = np.setdiff1d(rows, distinct)
+    assert np.histogram(others, bins=8, range=(0, V))[0].min() > len(others) / 16
+    # as many distinct targets as rows: no room for others; more: no candidates, the buffer left alone
+    exact = np.empty(len(distinct), np.int32)
+    assert tg.choose_candidates(targets, V, 0, exact) and np.array_equal(exact, distinct)
+    small = np.full(len(distinct) - 1, -7, np.int32)
+    assert not tg.choose_candidates(targets, V, 0, small) and (small == -7).all()
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_micro_batches_carry_candidates_that_hold_their_targets_on_any_world_size(train_corpus, world_size):
+    """Each micro-batch's sampled-softmax rows depend on the micro-batch alone (its place in the corpus), not on
+    the rank or world size that trains it; a micro-batch with more distinct targets than rows gets none (the
+    whole vocabulary)."""
+    pattern, _ = train_corpus
+
+    def stream(shape, world_size):
+        per_rank = [list(tg.synchronous_batches(tg.TrainSource(pattern, r, world_size, repeat=False),
+                                                [shape] * 3)) for r in range(world_size)]
+        return global_stream(per_rank, world_size)
+
+    shape = tg.BatchShape(TOKENS, MAX_SEQ_LEN, 8 // world_size, candidates=512)
+    got = stream(shape, world_size)
+    assert len(got) == 24
+    for micro in got:
+        rows = micro.candidates.numpy()
+        assert len(rows) == 512 and np.all(np.diff(rows) > 0) and np.isin(micro.targets.numpy(), rows).all()
+    alone = stream(tg.BatchShape(TOKENS, MAX_SEQ_LEN, 8, candidates=512), 1)
+    assert all(np.array_equal(a.candidates, b.candidates) for a, b in zip(got, alone))
+    too_few = stream(tg.BatchShape(TOKENS, MAX_SEQ_LEN, 8 // world_size, candidates=128), world_size)
+    assert all(micro.candidates is None for micro in too_few)  # 256 random targets: more than 128 distinct
+    assert all(micro.candidates is None for micro in stream(tg.BatchShape(TOKENS, MAX_SEQ_LEN, 8 // world_size),
+                                                            world_size))
+
+
 # ----------------------------------------------------------------------------------------------------
 # PrefetchLoader
 
 
 def as_arrays(batches):
     fields = ("inputs", "targets", "bigram_rows", "bigram_signs")
-    return [([getattr(m, f).numpy() for f in fields] + [m.seqs.cu_seqlens.numpy()], m.seqs.max_len) for m in batches]
+    none = np.array([-1])  # no candidates: the whole vocabulary
+    return [([getattr(m, f).numpy() for f in fields] + [m.seqs.cu_seqlens.numpy()]
+             + [none if m.candidates is None else m.candidates.numpy()], m.seqs.max_len) for m in batches]
 
 
 def assert_same_steps(got, expected):

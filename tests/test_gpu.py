@@ -75,6 +75,38 @@ def test_fp8_head_loss_matches_float_reference_compiled():
     assert rel_error(x.grad, x2.grad) < 0.1 and rel_error(w.grad, w2.grad) < 0.1
 
 
+def test_sampled_fp8_head_compiled_matches_float64():
+    """The head as the first stages train it: 16,384 tokens, a softmax over 10,240 rows chosen as the loader
+    chooses them, FP8, compiled in one graph; loss and gradients against float64 of the softmax over those
+    rows, and no gradient for the others."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("FP8 matmul needs Hopper")
+    torch.manual_seed(0)
+    V, T, P = 50304, 16384, 10240
+    head = tg.Head(768, V, fp8=True, prefix_tokens=torch.full((V,), -1, dtype=torch.int32),
+                   initial_shares=[]).cuda()
+    with torch.no_grad():
+        head.weight.normal_(0, 0.05).clamp_(-0.8, 0.8)
+    targets = torch.randint(0, 8000, (T,), dtype=torch.int32)  # fewer distinct targets than rows
+    rows = np.empty(P, np.int32)
+    assert tg.choose_candidates(targets.numpy(), V, 7, rows)
+    candidates = torch.from_numpy(rows).cuda()
+    x = torch.randn(T, 768, device="cuda").bfloat16().requires_grad_()
+    loss = torch.compile(head, fullgraph=True)(x, [], targets.cuda(), candidates)
+    loss.backward()
+    x2 = x.detach().double().requires_grad_()
+    w2 = head.weight.detach()[candidates.long()].double().requires_grad_()
+    logits = tg.rms_norm(x2) @ w2.T
+    ref = F.cross_entropy(23 * torch.sigmoid((logits + 5) / 7.5), torch.searchsorted(candidates, targets.cuda()),
+                          reduction="sum")
+    ref.backward()
+    assert abs(loss.item() - ref.item()) < 0.01 * ref.item()
+    assert rel_error(x.grad, x2.grad) < 0.1 and rel_error(head.weight.grad[candidates.long()], w2.grad) < 0.1
+    outside = torch.ones(V, dtype=torch.bool, device="cuda")
+    outside[candidates.long()] = False
+    assert not head.weight.grad[outside].any()
+
+
 @pytest.mark.parametrize("tokens", [49152, 1000])
 def test_relu_square_matmul_kernel_against_float64(tokens):
     """The fused MLP kernel both ways, at the model's shapes (768 -> 3072) and at a token count that is no

@@ -674,14 +674,16 @@ RECORD = tg.Hyperparameters()
 PROXY = tg.parse_args(["--scheduled_steps", "187", "--extension_steps", "2"])
 
 
-@pytest.mark.parametrize("args, starts, untie", [(RECORD, [0, 423, 847, 1270], 847), (PROXY, [0, 62, 125, 187], 125),
-                                                 (SMOKE, [0, 8, 16, 24], 17)], ids=["record", "proxy", "smoke"])
+@pytest.mark.parametrize("args, starts, untie", [(RECORD, [0, 423, 847, 1044, 1198, 1270], 847),
+                                                 (PROXY, [0, 62, 125, 154, 176, 187], 125),
+                                                 (SMOKE, [0, 8, 16, 20, 23, 24], 17)], ids=["record", "proxy", "smoke"])
 def test_stages_and_their_boundaries(args, starts, untie):
-    """The record's boundaries round(1270 k / 3); the same fractions of a shorter run."""
+    """The record's boundaries round(1270 k / 3), the last third cut where the sampled softmax grows and where it
+    ends (0.822 and 0.943 of the steps), then the extension; the same fractions of a shorter run."""
     assert tg.stage_starts(args) == starts and tg.untie_step(args) == untie
     N = tg.total_steps(args)
     stages = [tg.stage_index(step, args) for step in range(N)]
-    assert stages == sorted(stages) and [stages.index(i) for i in range(4)] == starts
+    assert stages == sorted(stages) and [stages.index(i) for i in range(len(starts))] == starts
     windows = [tg.attention_windows(step, args) for step in range(N + 1)]
     assert windows[0] == (128, 384) and windows[starts[1]] == (384, 896) and windows[starts[2]] == (640, 1408)
     assert windows[N - 1] == (768, 1664) and windows[N] == (768, 2560)  # the final validation's
@@ -703,9 +705,12 @@ def test_learning_rate_and_momentum_schedules_of_the_record():
 def test_train_shape_gives_each_stage_the_record_per_rank_shapes_and_refuses_sizes_that_do_not_divide():
     for world_size in (1, 2, 4, 8):
         shapes = [tg.train_shape(RECORD, world_size, stage) for stage in tg.TRAINING_STAGES]
-        assert [(s.tokens, s.max_seq_len) for s in shapes] == [
-            (16384, 896), (32768, 2048), (49152, 2048), (49152, 2048)]
+        assert [(s.tokens, s.max_seq_len) for s in shapes] == [(16384, 896), (32768, 2048)] + [(49152, 2048)] * 4
+        assert [s.candidates for s in shapes] == [10240, 10240, 14336, 24576, 0, 0]  # 0: the whole vocabulary
         assert all(s.accum_steps == 8 // world_size for s in shapes)
+    small_vocabulary = tg.parse_args(["--vocab_size", "12288"])
+    assert [tg.train_shape(small_vocabulary, 1, stage).candidates for stage in tg.TRAINING_STAGES[:4]] == [
+        10240, 10240, 0, 0]
     with pytest.raises(tg.UserError, match="--batch_tokens: 393216 and --micro_batch_tokens 49152"):
         tg.train_shape(RECORD, 3, tg.TRAINING_STAGES[0])
     with pytest.raises(tg.UserError, match="--batch_tokens: 1000"):
@@ -953,6 +958,58 @@ def test_head_builds_the_later_targets_and_the_prefix_targets_from_the_next_ones
     w2 = head.weight.detach().clone().requires_grad_()
     reference_head_loss(tg.rms_norm(x2), w2, targets, weights).backward()
     assert torch.allclose(x.grad, x2.grad, atol=1e-5) and torch.allclose(head.weight.grad, w2.grad, atol=1e-5)
+
+
+def sampled_head_and_input(seed=0, vocab=500):
+    """A float64 Head with three loss terms and the prefix term (some tokens without a prefix token), and an input."""
+    torch.manual_seed(seed)
+    prefix_tokens = torch.randint(0, vocab, (vocab,), dtype=torch.int32)
+    prefix_tokens[::3] = -1
+    head = tg.Head(32, vocab, fp8=False, prefix_tokens=prefix_tokens, initial_shares=[]).double()
+    head.mtp_terms, head.prefix_term = 3, True
+    head.loss_weights[:4].copy_(torch.tensor(MTP_WEIGHTS + (0.25,)))
+    return head, torch.randn(64, 32, dtype=torch.float64), torch.randint(0, vocab, (64,), dtype=torch.int32)
+
+
+def test_sampled_head_over_the_whole_vocabulary_is_the_head():
+    """Candidates that are every row: the same loss and gradients as no candidates."""
+    head, x, targets = sampled_head_and_input()
+    losses, grads = [], []
+    for candidates in (None, torch.arange(500, dtype=torch.int32)):
+        head.zero_grad()
+        x1 = x.clone().requires_grad_()
+        loss = head(x1, [], targets, candidates)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append((x1.grad, head.weight.grad.clone()))
+    assert losses[0] == pytest.approx(losses[1], rel=1e-12)
+    assert torch.allclose(grads[0][0], grads[1][0], atol=1e-12) and torch.allclose(grads[0][1], grads[1][1], atol=1e-12)
+
+
+def test_sampled_head_is_the_softmax_over_the_candidate_rows_alone():
+    """The objective of the head whose vocabulary is the candidate rows: every target among them (as the loader
+    makes them), prefix tokens not among them left out; rows outside get no gradient."""
+    head, x, targets = sampled_head_and_input(seed=1)
+    generator = torch.Generator().manual_seed(1)
+    others = torch.randperm(500, generator=generator)[:150].int()
+    candidates = torch.unique(torch.cat([targets, others])).int()
+    prefix = head.prefix_tokens[targets.long()]
+    assert (~torch.isin(prefix[prefix >= 0], candidates)).any()  # some prefix tokens are left out
+    x1 = x.clone().requires_grad_()
+    head(x1, [], targets, candidates).backward()
+
+    row = {int(token): i for i, token in enumerate(candidates)}
+    remapped = torch.tensor([row[int(t)] for t in targets])
+    columns = [F.pad(remapped[k:], (0, k), value=-1) for k in range(3)]
+    columns.append(torch.tensor([row.get(int(p), -1) for p in prefix]))
+    x2 = x.clone().requires_grad_()
+    w2 = head.weight.detach()[candidates.long()].clone().requires_grad_()
+    reference_head_loss(tg.rms_norm(x2), w2, torch.stack(columns, 1), MTP_WEIGHTS + (0.25,)).backward()
+    outside = torch.ones(500, dtype=torch.bool)
+    outside[candidates.long()] = False
+    assert torch.allclose(x1.grad, x2.grad, atol=1e-6)  # the head's softmax is in float32
+    assert torch.allclose(head.weight.grad[candidates.long()], w2.grad, atol=1e-6)
+    assert not head.weight.grad[outside].any()
 
 
 def test_loss_weights_follow_the_stage_table():
