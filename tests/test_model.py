@@ -691,6 +691,59 @@ def test_stages_and_their_boundaries(args, starts, untie):
     assert tg.yarn_windows(N - 1, args) == tg.yarn_windows(N, args) == (384, 896, 1408, 1664)
 
 
+# The proxy schedule (195 + 3 steps) written out by hand, row by row: (first step, end, windows in tokens, sampled
+# rows (None: the whole vocabulary), the MTP weights and the prefix weights as functions of the fraction t of the
+# row done). The wiring test below holds the code's per-step state to it, so that a change landing a step early
+# or late, weights in the wrong order or a wrong stage size fails; the functions of the schedule are not used to
+# build it.
+PROXY_195 = tg.parse_args(["--scheduled_steps", "195", "--extension_steps", "3"])
+PROXY_195_ROWS = [
+    (0, 65, (128, 384), 10240, lambda t: (1, 0.5, 0.25 * (1 - t)), lambda t: (0.25,)),
+    (65, 130, (384, 896), 10240, lambda t: (1, 0.5 * (1 - t)), lambda t: (0.25 * (1 - t),)),
+    (130, 160, (640, 1408), 14336, lambda t: (1,), lambda t: ()),
+    (160, 184, (640, 1408), 24576, lambda t: (1,), lambda t: ()),
+    (184, 195, (640, 1408), None, lambda t: (1,), lambda t: ()),
+    (195, 198, (768, 1664), None, lambda t: (1,), lambda t: ()),  # the extension holds its row's start
+]
+
+
+def test_every_step_of_the_proxy_schedule_sets_the_state_written_out_by_hand():
+    """set_step_state and the loader's shapes for steps 0-197, stage ends (start - 1) included: the head's loss
+    terms and their weights in order, the windows, rotary's stretch, the tie, and the sampled softmax's size."""
+    args = PROXY_195
+    model = tg.GPT(tg.parse_args(["--smoke", "--scheduled_steps", "195", "--extension_steps", "3"]), fp8=False)
+    assert tg.total_steps(args) == 198 and tg.untie_step(args) == 131
+    for first, end, windows, rows, mtp, prefix in PROXY_195_ROWS:
+        for step in range(first, end):
+            t = 0.0 if first == 195 else (step - first) / (end - first)
+            assert tg.set_step_state(model, step, args) == windows, step
+            shape = tg.train_shape(args, 1, tg.TRAINING_STAGES[tg.stage_index(step, args)])
+            assert (shape.candidates or None) == rows, step
+            head = model.head
+            weights = mtp(t) + prefix(t)
+            assert (head.mtp_terms, head.prefix_term) == (len(mtp(t)), bool(prefix(t))), step
+            assert head.loss_weights[: len(weights)].tolist() == pytest.approx(weights), step
+            assert model.tied == (step <= 131), step
+    assert model.rotary.long_windows == (384, 896, 1408, 1664)
+    assert tg.attention_windows(198, args) == (768, 2560)  # the final validation's
+
+
+def test_the_default_layout_layer_by_layer():
+    """The 11-layer model as the record has it, written out: attention everywhere but layer 6, 128-wide Q/K
+    heads, the long window and the key offset in layers 0, 3 and 10, value embeddings into 1, 2, 8, 9 and 10, the
+    skip from 3 into 6, the head's dense connections from the streams after 3, 7 and 9."""
+    with torch.device("meta"):  # shapes and structure only: no memory, no initialisation
+        model = tg.GPT(tg.Hyperparameters(), fp8=False)
+    attention = [i for i, block in enumerate(model.blocks) if block.attn is not None]
+    assert len(model.blocks) == 11 and attention == [0, 1, 2, 3, 4, 5, 7, 8, 9, 10]
+    assert all(model.blocks[i].attn.head_dim == 128 and model.blocks[i].attn.num_heads == 6 for i in attention)
+    assert model.layer_windows(("short", "long")) == ["long", "short", "short", "long"] + ["short"] * 6 + ["long"]
+    assert [i for i in attention if model.blocks[i].attn.key_offset] == [0, 3, 10]
+    gated = [i for i in attention if model.blocks[i].attn.value_gate is not None]
+    assert gated == model.value_layers == [1, 2, 8, 9, 10]
+    assert (model.skip_from, model.skip_to, model.dense_layers) == (3, 6, (3, 7, 9))
+
+
 def test_learning_rate_and_momentum_schedules_of_the_record():
     lr = [tg.lr_factor(step, RECORD) for step in range(1285)]
     assert lr[0] == lr[422] == 1.0 and lr[423] == lr[507] == lr[508] == 1.52
