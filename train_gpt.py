@@ -82,8 +82,8 @@ class Hyperparameters:
     # schedules (TRAINING_STAGES below; every schedule is a function of progress through scheduled_steps)
     scheduled_steps: int = 1270  # optimizer steps over which the stages and learning rates are scheduled
     extension_steps: int = 15  # steps after those, at the final learning rate, with longer windows
-    cooldown_frac: float = 0.6  # learning rates fall linearly over this last fraction of the scheduled steps
-    final_lr_frac: float = 0.15  # learning rates at the end of the cool-down, as a fraction of the initial ones
+    cooldown_frac: float = 0.8  # learning rates fall linearly over this last fraction of the scheduled steps
+    final_lr_frac: float = 0.3  # learning rates at the end of the cool-down, as a fraction of the initial ones
     momentum_warmup_frac: float = 0.236  # NorMuon's momentum climbs 0.85 -> 0.95 over this fraction of steps
     momentum_cooldown_frac: float = 0.039  # and falls back to 0.85 over this fraction at the very end
     untie_frac: float = 2 / 3  # the head's weight is also the embedding until this fraction of the steps

@@ -746,10 +746,11 @@ def test_the_default_layout_layer_by_layer():
 
 def test_learning_rate_and_momentum_schedules_of_the_record():
     lr = [tg.lr_factor(step, RECORD) for step in range(1285)]
-    assert lr[0] == lr[422] == 1.0 and lr[423] == lr[507] == lr[508] == 1.52
-    assert lr[509] < lr[508]  # the cool-down starts at int(0.4 * 1270) = 508
-    assert lr[846] == pytest.approx(0.912, abs=1e-3) and lr[847] == pytest.approx(1.027, abs=1e-3)
-    assert lr[1270] == lr[1284] == pytest.approx(0.15)
+    assert lr[0] == lr[253] == 1.0 and lr[254] < 1.0  # the cool-down starts at int(0.2 * 1270) = 253 (254 - 1e-13)
+    # 423: 1.52 (1 - 170/1017) + 0.3 170/1017; 846 and 847: 593/1017 and 594/1017 of the way at 1.52 and 1.73
+    assert lr[423] == pytest.approx(1.3161, abs=1e-4)
+    assert lr[846] == pytest.approx(0.8086, abs=1e-4) and lr[847] == pytest.approx(0.8948, abs=1e-4)
+    assert lr[1270] == lr[1284] == pytest.approx(0.3)
     momentum = [tg.matrix_momentum(step, RECORD) for step in range(1285)]
     assert momentum[0] == 0.85 and momentum[150] == pytest.approx(0.90) and momentum[300] == momentum[1235] == 0.95
     assert momentum[1284] == pytest.approx(0.852) and all(a >= b for a, b in zip(momentum[1235:], momentum[1236:]))
