@@ -23,7 +23,7 @@ from train_gpt import ShardError, shard_token_count  # noqa: E402
 BASE_URL = "https://huggingface.co/datasets/kjj0/fineweb10B-gpt2/resolve/main"
 ATTEMPTS = 4  # tries in a row that bring no new bytes before giving up on a file
 BACKOFF = 2.0  # seconds before the first retry, doubled for each further one
-TIMEOUT = 60  # seconds of silence before a connection counts as broken
+TIMEOUT = 20  # seconds of silence before a connection counts as broken: a silent server fails within ~90 s
 CHUNK = 1 << 20
 
 

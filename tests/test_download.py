@@ -13,6 +13,7 @@ from conftest import random_documents
 from fineweb import write_shard
 
 VAL, TRAIN1, TRAIN2 = "fineweb_val_000000.bin", "fineweb_train_000001.bin", "fineweb_train_000002.bin"
+SCRIPT_TIMEOUT = cached_fineweb10B.TIMEOUT  # before the fixture below shortens it
 
 
 class ShardHandler(BaseHTTPRequestHandler):
@@ -176,6 +177,23 @@ def test_unreachable_server_fails_after_retries(tmp_path, capsys):
     code = cached_fineweb10B.main(["0", "--base_url", f"http://127.0.0.1:{port}", "--out_dir", str(tmp_path)])
     assert code == 1
     assert f"error: {VAL}: download failed {cached_fineweb10B.ATTEMPTS} times in a row" in capsys.readouterr().err
+
+
+def test_silent_server_times_out_says_so_at_each_retry_and_gives_up(tmp_path, capsys, monkeypatch):
+    """A server that accepts the connection and never answers: each try ends at TIMEOUT (at most 30 s in the
+    script) with a retry line on stderr, and the download gives up after ATTEMPTS tries."""
+    assert SCRIPT_TIMEOUT <= 30
+    monkeypatch.setattr(cached_fineweb10B, "TIMEOUT", 0.3)
+    with socket.socket() as silent:  # the kernel completes the handshake; nobody ever reads or writes
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        code = cached_fineweb10B.main(["0", "--base_url", f"http://127.0.0.1:{port}", "--out_dir", str(tmp_path)])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 1
+    retries = [line for line in err if line.startswith(f"{VAL}: ") and "retrying in" in line]
+    assert len(retries) == cached_fineweb10B.ATTEMPTS - 1 and all("timed out" in line for line in retries)
+    assert f"error: {VAL}: download failed {cached_fineweb10B.ATTEMPTS} times in a row (timed out)" in err[-1]
 
 
 def test_default_out_dir_is_next_to_the_script(tmp_path, monkeypatch):
