@@ -36,6 +36,7 @@ import math
 import multiprocessing
 import platform
 import re
+import signal
 import subprocess
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -146,8 +147,18 @@ SAVED_RESIDUAL_READERS = 3  # the last layers' attention reads the residual stre
 
 
 class UserError(Exception):
-    """A problem with what the user gave the run (a flag, a shard file, a size that does not fit): reported
-    as one line "error: <flag or file>: <what is wrong and what to do>" and exit status 1, no traceback."""
+    """A run that cannot go on for a reason its user can act on (a flag, a shard file, a size that does not fit,
+    a log folder it cannot write, a loss that diverged): reported as one line "error: <flag or file>: <what is
+    wrong and what to do>" on stderr and in the log, and exit status 1, no traceback."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C during the run: reported as one line "interrupted at step N" (or "during start-up"), exit status
+    130 as a shell gives a program it interrupts, no traceback."""
+
+    def __init__(self, where):
+        super().__init__(where)
+        self.where = where
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -183,8 +194,32 @@ def parse_args(argv):
     if unknown:
         raise UserError(f"{unknown[0]}: unknown flag; see --help for the flags")
     given = vars(given)
-    settings = SMOKE_SETTINGS if given.get("smoke") else {}
-    return Hyperparameters(**{**settings, **given})
+    settings = {**(SMOKE_SETTINGS if given.get("smoke") else {})}
+    for name in PATH_FIELDS:  # a path not given on the command line is the script's own, wherever it runs from
+        default = settings.get(name, Hyperparameters.__dataclass_fields__[name].default)
+        settings[name] = str(Path(__file__).resolve().parent / default)
+    args = Hyperparameters(**{**settings, **given})
+    check_hyperparameters(args)
+    return args
+
+
+PATH_FIELDS = ("train_files", "val_files", "prefix_table")  # relative to this file's folder unless given
+
+
+def check_hyperparameters(args):
+    """Sizes and step counts that no run could use, refused before anything starts, naming the flag."""
+    at_least = dict(scheduled_steps=1, extension_steps=0, val_tokens=1, val_seq_tokens=1, batch_tokens=1,
+                    micro_batch_tokens=1, num_layers=4, model_dim=12, head_dim=4, val_loss_every=0, warmup_steps=0,
+                    vocab_size=BOS + 1)
+    for name, least in at_least.items():
+        if getattr(args, name) < least:
+            raise UserError(f"--{name}: {getattr(args, name)} is below its least value, {least}")
+    for name in ("cooldown_frac", "final_lr_frac", "momentum_warmup_frac", "momentum_cooldown_frac", "untie_frac"):
+        if not 0 <= getattr(args, name) <= 1:
+            raise UserError(f"--{name}: {getattr(args, name)} is not a fraction between 0 and 1")
+    if args.model_dim % args.head_dim or args.head_dim % 4:
+        raise UserError(f"--model_dim: {args.model_dim} must be a multiple of --head_dim {args.head_dim}, which "
+                        f"must be a multiple of 4 (rotary turns a quarter of each head's dimension pairs)")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1729,8 +1764,12 @@ class RunLog:
         self.file, self.console = None, console or sys.stdout
         self.interactive = path is not None and self.console.isatty()
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.file = open(path, "x", buffering=1)  # "x": never overwrite a log; line-buffered: flushed
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self.file = open(path, "x", buffering=1)  # "x": never overwrite a log; line-buffered: flushed
+            except OSError as error:
+                raise UserError(f"{path.parent}: cannot write the run's log there ({error.strerror or error}); run "
+                                f"from a folder where {path.parent.name}/ can be made and written") from None
 
     def __call__(self, line, echo=True):
         if self.file is not None:
@@ -2033,7 +2072,7 @@ def precompile(args, device, shapes, val_shape, stages):
     """The work of a helper process at a cold start (see Precompiler): compile the regions at the batch shapes
     of `stages` (indices of TRAINING_STAGES; None: the validation shape) into the compile cache that the
     training process reads, by running the forward and backward pass of one micro-batch at each of the stage's
-    warm-up steps, in the training process's state there. No optimizer and no CUDA graphs: they compile
+    warm-up steps, at that step's batch shape and in the training process's state there. No optimizer and no CUDA graphs: they compile
     nothing. The cache directories come with the environment, set before the process was started."""
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -2047,9 +2086,17 @@ def precompile(args, device, shapes, val_shape, stages):
                 model(micro, stretch_and_windows(model, 0, args))
             continue
         source = TrainSource(args.train_files, 0, 1, args.repeat_train_files, vocab_size=args.vocab_size)
-        micro = PrefetchLoader(source, device).send(shapes[stage])[0]
-        for step in warm_up_steps(args, shapes)[stage]:
+        loader = PrefetchLoader(source, device)
+        for step in warm_up_steps(args, shapes)[stage]:  # a stage shorter than the warm-up spills into the next
+            micro = loader.send(shapes[stage_index(step, args)])[0]
             forward_backward(model, micro, set_step_state(model, step, args))
+
+
+def precompile_helper(*args):
+    """A helper process's entry: Ctrl-C, which the terminal sends to the helpers too, is the run's to handle
+    (it ends them, Precompiler.stop), not theirs to print a traceback for."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    precompile(*args)
 
 
 class Precompiler:
@@ -2076,7 +2123,7 @@ class Precompiler:
         context = multiprocessing.get_context("spawn")  # a fork would copy this process's CUDA state
         for job in jobs:
             name = "precompile " + " and ".join("validation" if s is None else f"stage {s}" for s in job)
-            helper = context.Process(target=precompile, args=(args, device, shapes, val_shape, job),
+            helper = context.Process(target=precompile_helper, args=(args, device, shapes, val_shape, job),
                                      name=name) if spawns else None
             if helper is not None:
                 helper.start()
@@ -2189,32 +2236,34 @@ def train(args, rank, world_size, device, log, startup):
         now = time.perf_counter()
         step_time, training_time, clock = now - clock, training_time + now - clock, now
         if not math.isfinite(train_loss):
-            log(f"error: training loss is {train_loss} at step {number}; stopping")
-            raise SystemExit(1)
+            raise UserError(f"training loss is {train_loss} at step {number}; stopping")
         log(f"step:{number}/{N} train_loss:{train_loss:.4f} {timed(number)}", echo=progress is None)
         if progress is not None:
             progress.set_postfix_str(f"loss {train_loss:.4f}, {1000 * step_time:.0f} ms/step", refresh=False)
             progress.update()
 
-    clock = time.perf_counter()
-    for step in range(N + 1):
-        if step in (0, N) or (args.val_loss_every and step % args.val_loss_every == 0):
+    clock, step = time.perf_counter(), 0
+    try:
+        for step in range(N + 1):
+            if step in (0, N) or (args.val_loss_every and step % args.val_loss_every == 0):
+                if in_flight is not None:
+                    finish_step()
+                val_bar = log.bar(val_source.batches_for_rank(rank), "validation", "batch", leave=False)
+                val_loss = evaluate(step, bar=val_bar)  # the clock is stopped: it restarts below
+                if val_bar is not None:
+                    val_bar.close()
+                log(f"step:{step}/{N} val_loss:{val_loss:.4f} {timed(step)}")
+                clock = time.perf_counter()
+            if step == N:
+                break
+            loss = DeferredLoss(train_step(model, step_batch(step), adam, normuon, step, args, world_size))
             if in_flight is not None:
                 finish_step()
-            val_bar = log.bar(val_source.batches_for_rank(rank), "validation", "batch", leave=False)
-            val_loss = evaluate(step, bar=val_bar)  # the clock is stopped: it restarts below
-            if val_bar is not None:
-                val_bar.close()
-            log(f"step:{step}/{N} val_loss:{val_loss:.4f} {timed(step)}")
-            clock = time.perf_counter()
-        if step == N:
-            break
-        loss = DeferredLoss(train_step(model, step_batch(step), adam, normuon, step, args, world_size))
-        if in_flight is not None:
-            finish_step()
-        in_flight = (step + 1, loss)
-        if not cuda:  # the step ran on this thread: nothing would overlap, and its time would go to the next
-            finish_step()
+            in_flight = (step + 1, loss)
+            if not cuda:  # the step ran on this thread: nothing would overlap, and its time would go to the next
+                finish_step()
+    except KeyboardInterrupt:
+        raise Interrupted(f"at step {step}") from None
     if progress is not None:
         progress.close()
 
@@ -2227,7 +2276,8 @@ def train(args, rank, world_size, device, log, startup):
 
 def main(argv):
     """The command line. A UserError ends the run with one line "error: ..." (also in the log) and exit
-    status 1; any other exception keeps its traceback."""
+    status 1, Ctrl-C with one line "interrupted ..." and exit status 130; any other exception keeps its
+    traceback."""
     log = None
     try:
         startup = {"imports": time.perf_counter() - PROCESS_START}
@@ -2244,6 +2294,12 @@ def main(argv):
             log(f"error: {error}", echo=False)
         print(f"error: {error}", file=sys.stderr, flush=True)
         return 1
+    except (Interrupted, KeyboardInterrupt) as stop:
+        line = f"interrupted {stop.where if isinstance(stop, Interrupted) else 'before training'}"
+        if log is not None:
+            log(line, echo=False)
+        print(line, file=sys.stderr, flush=True)
+        return 130
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

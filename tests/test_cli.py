@@ -5,6 +5,7 @@ import io
 import os
 import pty
 import select
+import shutil
 import signal
 import struct
 import subprocess
@@ -42,21 +43,33 @@ def test_error_classes_are_user_errors():
 
 
 @pytest.mark.parametrize("case", ["unknown flag", "no shards", "truncated shard", "batch does not divide",
-                                  "validation too large", "data runs out"])
+                                  "validation too large", "data runs out", "negative steps", "width and heads",
+                                  "logs is a file"])
 def test_user_error_is_one_line_and_status_1(case, workdir, capsys):
     flags, expected, logged = {
         "unknown flag": (["--nope", "1"], "error: --nope: unknown flag", False),
+        "negative steps": (["--scheduled_steps", "-5"], "error: --scheduled_steps: -5 is below its least value", False),
+        "width and heads": (["--model_dim", "100"], "error: --model_dim: 100 must be a multiple of --head_dim 32",
+                            False),
+        "logs is a file": ([], "error: logs: cannot write the run's log there (File exists)", False),
         "no shards": (["--train_files", "none_*.bin"], "error: none_*.bin: no shard files match", True),
         "truncated shard": (["--train_files", "bad_*.bin"], "error: bad_000000.bin: truncated by 5 bytes", True),
         "batch does not divide": (["--batch_tokens", "1000"], "error: --batch_tokens: 1000 and", True),
         "validation too large": (["--val_tokens", "10240000", "--val_seq_tokens", "1024"],
-                                 "error: data/sample/sample_val_*.bin: validation needs 10240001 tokens", True),
+                                 f"error: {ROOT}/data/sample/sample_val_*.bin: validation needs 10240001 tokens",
+                                 True),
         "data runs out": (["--train_files", "few_*.bin", "--no-repeat_train_files", "--scheduled_steps", "50"],
                           "error: few_*.bin: training data exhausted after 1 shards", True),
     }[case]
     write_train_shard(workdir / "few_000000.bin", 12)
     write_train_shard(workdir / "bad_000000.bin", 30)
     (workdir / "bad_000000.bin").write_bytes((workdir / "bad_000000.bin").read_bytes()[:-5])
+    if case == "logs is a file":
+        (workdir / "logs").write_text("not a folder")
+        assert tg.main(QUICK + flags) == 1
+        assert capsys.readouterr().err.splitlines() == [expected + "; run from a folder where logs/ can be made and "
+                                                                   "written"]
+        return
     status, err, log = run_main(QUICK + flags, capsys)
     assert status == 1
     assert len(err) == 1 and err[0].startswith(expected), err
@@ -80,6 +93,21 @@ def test_command_line_error_has_no_traceback(workdir):
     assert run.stderr.splitlines() == ["error: --batch_tokens: 1000 and --micro_batch_tokens 768 must give whole "
                                        "batches at each stage's share (1/3) with micro-batches that divide them "
                                        "over world_size 1; choose sizes that divide"]
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU machine: run.sh would train on its GPUs")
+def test_run_sh_without_a_gpu_runs_the_smoke_run_and_says_so(tmp_path):
+    """The README's first command on a machine without a GPU: the smoke run, announced on stderr."""
+    for name in ("run.sh", "train_gpt.py", "data"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    run = subprocess.run(["bash", "run.sh", "--val_tokens", "1024", "--val_loss_every", "0", "--scheduled_steps", "2",
+                          "--extension_steps", "0"], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stderr.splitlines()[0] == ("run.sh: no NVIDIA GPU found: running the CPU smoke run on data/sample "
+                                          "instead (train_gpt.py --smoke)")
+    (log,) = (tmp_path / "logs").glob("*.txt")
+    lines = log.read_text().splitlines()
+    assert lines[3].startswith("command: train_gpt.py --smoke") and lines[-1].startswith("final val_loss:")
 
 
 class Terminal(io.StringIO):
@@ -137,13 +165,34 @@ def test_terminal_run_shows_training_and_validation_bars(workdir):
     assert "step:1/2 train_loss" in log.read_text()
 
 
-def test_non_finite_loss_stops_the_run_naming_its_step(workdir, monkeypatch):
+def test_non_finite_loss_stops_the_run_naming_its_step(workdir, monkeypatch, capsys):
     check_nan_stops_the_run(monkeypatch, QUICK)
+    assert capsys.readouterr().err.splitlines() == ["error: training loss is nan at step 3; stopping"]
+
+
+@pytest.mark.parametrize("where", ["at step 3", "before training"])
+def test_ctrl_c_ends_the_run_with_one_line_in_the_log_and_status_130(where, workdir, monkeypatch, capsys):
+    """No traceback: the log's last line and stderr say where the run was interrupted."""
+    train_step = tg.train_step
+
+    def interrupted_at_step_3(model, micro_batches, adam, normuon, step, args, world_size):
+        if step == 3:
+            raise KeyboardInterrupt
+        return train_step(model, micro_batches, adam, normuon, step, args, world_size)
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+    if where == "at step 3":
+        monkeypatch.setattr(tg, "train_step", interrupted_at_step_3)
+    else:
+        monkeypatch.setattr(tg, "build_model", interrupted)
+    status, err, log = run_main(QUICK + ["--warmup_steps", "0"], capsys)
+    assert status == 130 and err == [f"interrupted {where}"] and log[-1] == f"interrupted {where}"
 
 
 def test_warm_up_leaves_no_trace_in_the_run(workdir, monkeypatch):
-    """The smoke run's warm-up (steps 0-1, 8-9, 16-17, 20-21 and 23-24) passes the untie step (17) and ends on an
-    even step, whose Adam gradients are kept: the first timed step must still start tied and with every gradient
+    """A 12 + 2-step smoke run's warm-up (steps 0-1, 4-5, 8-9, 10-11 and 11-12) passes the untie step (9) and ends
+    on an even step, whose Adam gradients are kept: the first timed step must still start tied and with every gradient
     zero (gradients are zeroed in place, never freed, as the CUDA graphs hold their addresses)."""
     train_step, seen = tg.train_step, []
 
@@ -156,9 +205,9 @@ def test_warm_up_leaves_no_trace_in_the_run(workdir, monkeypatch):
         seen.append((step, before, with_grads(model)))
         return loss
     monkeypatch.setattr(tg, "train_step", watched)
-    assert tg.main(QUICK + ["--warmup_steps", "2"]) == 0
+    assert tg.main(QUICK + ["--warmup_steps", "2", "--scheduled_steps", "12"]) == 0
     steps = [step for step, _, _ in seen]
-    assert steps[:10] == [0, 1, 8, 9, 16, 17, 20, 21, 23, 24] and steps[10:] == list(range(26))
+    assert steps[:10] == [0, 1, 4, 5, 8, 9, 10, 11, 11, 12] and steps[10:] == list(range(14))
     assert seen[9][2]  # the warm-up's last step left Adam's gradients behind
     assert seen[10][1] == (True, [])  # the run's first step: tied, no gradient
 
@@ -183,7 +232,7 @@ def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(workdir, mo
     """A cold start's helper processes compile stages 1 to 4 and validation for the warm-up to load: they must
     run the forward passes the warm-up runs there, at the same batch shapes and in the same compiled-graph states
     (windows, tie state, the head's loss terms and sampled rows, grad mode). Run here in this process, on the
-    CPU. Three warm-up steps, so that stage 2's (16-18) pass the untie step (17)."""
+    CPU. A 12 + 2-step run with three warm-up steps, so that stage 2's (8-10) pass the untie step (9)."""
     calls, forward = [], tg.GPT.forward
 
     def recorded(model, batch, windows):
@@ -193,7 +242,7 @@ def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(workdir, mo
                       torch.is_grad_enabled()))
         return forward(model, batch, windows)
     monkeypatch.setattr(tg.GPT, "forward", recorded)
-    flags = QUICK + ["--warmup_steps", "3"]
+    flags = QUICK + ["--warmup_steps", "3", "--scheduled_steps", "12"]
     assert tg.main(flags) == 0
     args = tg.parse_args(flags)
     shapes = [tg.train_shape(args, 1, stage) for stage in tg.TRAINING_STAGES]

@@ -615,11 +615,20 @@ def test_gradient_of_a_batch_is_the_sum_over_its_halves():
 # Command line
 
 
-def test_parse_args_defaults_and_overrides():
+SCRIPT_FOLDER = Path(tg.__file__).resolve().parent
+
+
+def test_parse_args_defaults_and_overrides(tmp_path, monkeypatch):
+    """Defaults are the dataclass's, its data paths taken from the script's folder wherever the run starts;
+    paths given on the command line are kept as given (relative to where the run starts)."""
+    monkeypatch.chdir(tmp_path)
     args = tg.parse_args(["--scheduled_steps", "300", "--train_files", "x_*.bin", "--matrix_lr", "0.1"])
     assert (args.scheduled_steps, args.train_files, args.matrix_lr) == (300, "x_*.bin", 0.1)
-    assert args.val_files == tg.Hyperparameters().val_files and not args.smoke
-    assert tg.parse_args([]) == tg.Hyperparameters()
+    assert args.val_files == str(SCRIPT_FOLDER / "data/fineweb10B/fineweb_val_*.bin") and not args.smoke
+    defaults = tg.Hyperparameters()
+    assert tg.parse_args([]) == dataclasses.replace(
+        defaults, **{name: str(SCRIPT_FOLDER / getattr(defaults, name)) for name in tg.PATH_FIELDS})
+    assert Path(tg.parse_args(["--smoke"]).prefix_table).is_file()
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -634,9 +643,9 @@ def test_smoke_applies_smoke_settings_and_explicit_flags_win():
     args = tg.parse_args(["--scheduled_steps", "7", "--smoke", "--no-repeat_train_files"])
     for name, value in tg.SMOKE_SETTINGS.items():
         if name not in ("scheduled_steps", "repeat_train_files"):
-            assert getattr(args, name) == value, name
+            assert getattr(args, name) == (str(SCRIPT_FOLDER / value) if name in tg.PATH_FIELDS else value), name
     assert args.scheduled_steps == 7 and args.repeat_train_files is False and args.smoke
-    assert tg.parse_args(["--no-smoke"]) == tg.Hyperparameters()
+    assert tg.parse_args(["--no-smoke"]) == tg.parse_args([])
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -652,6 +661,24 @@ def test_parse_args_errors_name_the_flag(argv, message):
     with pytest.raises(tg.UserError) as excinfo:
         tg.parse_args(argv)
     assert str(excinfo.value).startswith(message) and "--help" in str(excinfo.value)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--scheduled_steps", "-5"], "--scheduled_steps: -5 is below its least value, 1"),
+    (["--scheduled_steps", "0"], "--scheduled_steps: 0 is below its least value, 1"),
+    (["--extension_steps", "-1"], "--extension_steps: -1 is below its least value, 0"),
+    (["--batch_tokens", "0"], "--batch_tokens: 0 is below its least value, 1"),
+    (["--num_layers", "3"], "--num_layers: 3 is below its least value, 4"),
+    (["--vocab_size", "50000"], "--vocab_size: 50000 is below its least value, 50257"),
+    (["--model_dim", "100"], "--model_dim: 100 must be a multiple of --head_dim 128"),
+    (["--smoke", "--head_dim", "30", "--model_dim", "60"], "--model_dim: 60 must be a multiple of --head_dim 30, "
+                                                             "which must be a multiple of 4"),
+    (["--cooldown_frac", "1.5"], "--cooldown_frac: 1.5 is not a fraction between 0 and 1"),
+    (["--untie_frac", "-0.1"], "--untie_frac: -0.1 is not a fraction between 0 and 1"),
+])
+def test_sizes_and_step_counts_no_run_could_use_are_refused_naming_the_flag(argv, message):
+    with pytest.raises(tg.UserError, match="^" + re.escape(message)):
+        tg.parse_args(argv)
 
 
 def test_help_lists_every_flag_with_its_default_and_meaning(capsys):
@@ -762,7 +789,7 @@ def test_train_shape_gives_each_stage_the_record_per_rank_shapes_and_refuses_siz
         assert [(s.tokens, s.max_seq_len) for s in shapes] == [(16384, 896), (32768, 2048)] + [(49152, 2048)] * 4
         assert [s.candidates for s in shapes] == [10240, 10240, 14336, 24576, 0, 0]  # 0: the whole vocabulary
         assert all(s.accum_steps == 8 // world_size for s in shapes)
-    small_vocabulary = tg.parse_args(["--vocab_size", "12288"])
+    small_vocabulary = dataclasses.replace(RECORD, vocab_size=12288)  # rows at least the vocabulary: all of it
     assert [tg.train_shape(small_vocabulary, 1, stage).candidates for stage in tg.TRAINING_STAGES[:4]] == [
         10240, 10240, 0, 0]
     with pytest.raises(tg.UserError, match="--batch_tokens: 393216 and --micro_batch_tokens 49152"):
