@@ -1,6 +1,6 @@
 """Check a record's run logs and summarize them.
 
-    python records/summarize.py records/<folder> [--target 3.28]
+    python records/summarize.py records/<folder> [--target 3.28] [--retarget] [--check]
 
 Every `*.txt` in the folder must be one complete run log in the format of docs/log_format.md. Each
 log is checked: the embedded source matches its code_sha256, train steps are exactly 1..N in order,
@@ -9,7 +9,13 @@ steps 0 and N, and the final line agrees with them. All logs must embed the same
 printed to stderr as `file:line: message`.
 
 If every log is good, the tool writes <folder>/statistics.md (also printed to stdout) and
-<folder>/val_loss.png, and runs a one-sided t-test of "mean final val loss < target".
+<folder>/val_loss.png, and runs a one-sided t-test of "mean final val loss < target". With --check it writes
+nothing.
+
+The target is the record's own: the one its statistics.md was written with, or --target for a folder without
+one (default 3.28, the FineWeb target). A --target other than the one a folder's statistics.md holds is refused
+(exit status 2) unless --retarget is given, so that a record's committed statistics are never rewritten
+against another target by accident.
 
 Exit status:
     0  all logs good, at least 2 runs, and the mean is below target with p < 0.01
@@ -269,15 +275,34 @@ def plot_val_loss(runs, target, path):
     fig.savefig(path, dpi=120)
 
 
+DEFAULT_TARGET = 3.28  # FineWeb's
+
+
+def recorded_target(folder):
+    """The target the folder's statistics.md was written with (its 'target val loss X.' line), or None."""
+    path = folder / "statistics.md"
+    match = re.search(r"target val loss ([0-9.]+)\.\n", path.read_text()) if path.is_file() else None
+    return float(match[1]) if match else None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("folder", type=Path, help="record folder holding the run logs (*.txt)")
-    parser.add_argument("--target", type=float, default=3.28, help="target val loss (default 3.28)")
+    parser.add_argument("--target", type=float, help="target val loss (default: the folder's statistics.md's, "
+                                                       "else 3.28)")
+    parser.add_argument("--retarget", action="store_true", help="rewrite statistics.md against another --target")
+    parser.add_argument("--check", action="store_true", help="check and test only; write nothing")
     args = parser.parse_args(argv)
 
     if not args.folder.is_dir():
         print(f"{args.folder}: not a folder", file=sys.stderr)
         return 2
+    recorded = recorded_target(args.folder)
+    if args.target is not None and recorded is not None and args.target != recorded and not args.retarget:
+        print(f"{args.folder}: its statistics.md holds target {recorded}, not {args.target}; pass --retarget to "
+              f"rewrite it against {args.target}", file=sys.stderr)
+        return 2
+    target = args.target if args.target is not None else recorded if recorded is not None else DEFAULT_TARGET
     paths = sorted(args.folder.glob("*.txt"))
     if not paths:
         print(f"{args.folder}: no *.txt run logs", file=sys.stderr)
@@ -294,9 +319,10 @@ def main(argv=None):
               file=sys.stderr)
         return 2
 
-    text, p = statistics_markdown(runs, args.target, args.folder.name)
-    (args.folder / "statistics.md").write_text(text)
-    plot_val_loss(runs, args.target, args.folder / "val_loss.png")
+    text, p = statistics_markdown(runs, target, args.folder.name)
+    if not args.check:
+        (args.folder / "statistics.md").write_text(text)
+        plot_val_loss(runs, target, args.folder / "val_loss.png")
     print(text, end="")
     if p is None:
         print("only 1 run: a record needs at least 2 runs for the t-test", file=sys.stderr)

@@ -54,8 +54,8 @@ def write_record(folder, logs):
     return folder
 
 
-def run_tool(folder, capsys, target=3.28):
-    code = summarize.main([str(folder), "--target", str(target)])
+def run_tool(folder, capsys, target=3.28, *flags):
+    code = summarize.main([str(folder), "--target", str(target), *flags])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -103,7 +103,7 @@ def test_good_record(tmp_path, capsys):
     assert hashlib.sha256(SOURCE.encode()).hexdigest() in text
     assert (folder / "val_loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the same runs do not beat a lower target
-    code, out, err = run_tool(folder, capsys, target=3.26)
+    code, out, err = run_tool(folder, capsys, 3.26, "--retarget")
     assert code == 1 and "one-sided t-test of mean < 3.26" in out
 
 
@@ -254,3 +254,31 @@ def test_step_times_are_taken_by_pairs_of_steps():
     run = summarize.Run(Path("run.txt"))
     run.step_ms = [100.0, 300.0, 100.0, 300.0, 100.0]
     assert summarize.pair_ms(run) == [200.0, 200.0]
+
+
+def test_a_folder_keeps_its_target_and_another_is_refused_unless_asked(tmp_path, capsys):
+    """The default 3.28 would pass these runs; the target the folder was summarized against (3.2705) does not,
+    and stays theirs: a different --target rewrites nothing without --retarget."""
+    losses = {"a": 3.270, "b": 3.271, "c": 3.272}
+    folder = write_record(tmp_path / "rec", {name: log_lines(x) for name, x in losses.items()})
+    assert summarize.main([str(folder), "--target", "3.2705"]) == 1
+    before = (folder / "statistics.md").read_text()
+    assert "target val loss 3.2705." in before
+    assert summarize.main([str(folder)]) == 1
+    assert summarize.main([str(folder), "--target", "3.28"]) == 2
+    assert "holds target 3.2705, not 3.28; pass --retarget" in capsys.readouterr().err
+    assert (folder / "statistics.md").read_text() == before
+    assert summarize.main([str(folder), "--target", "3.28", "--retarget"]) == 0
+    assert "target val loss 3.28." in (folder / "statistics.md").read_text()
+
+
+def test_check_writes_nothing(tmp_path):
+    losses = {"a": 3.270, "b": 3.271, "c": 3.272}
+    folder = write_record(tmp_path / "rec", {name: log_lines(x) for name, x in losses.items()})
+    assert summarize.main([str(folder), "--check"]) == 0
+    assert not (folder / "statistics.md").exists() and not (folder / "val_loss.png").exists()
+
+
+@pytest.mark.parametrize("record", sorted(path.name for path in (ROOT / "records").iterdir() if path.is_dir()))
+def test_every_record_holds_against_its_own_target(record):
+    assert summarize.main([str(ROOT / "records" / record), "--check"]) == 0
