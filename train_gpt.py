@@ -107,6 +107,7 @@ SMOKE_SETTINGS = dict(
     num_layers=4, model_dim=64, head_dim=32, scheduled_steps=24, extension_steps=2, val_loss_every=8,
     warmup_steps=0,
 )
+PATH_FIELDS = ("train_files", "val_files", "prefix_table")  # relative to this file's folder unless given
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ class UserError(Exception):
 
 
 class Interrupted(Exception):
-    """Ctrl-C during the run: reported as one line "interrupted at step N" (or "during start-up"), exit status
+    """Ctrl-C during the run: reported as one line "interrupted at step N" (or "before training"), exit status
     130 as a shell gives a program it interrupts, no traceback."""
 
     def __init__(self, where):
@@ -202,8 +203,6 @@ def parse_args(argv):
     check_hyperparameters(args)
     return args
 
-
-PATH_FIELDS = ("train_files", "val_files", "prefix_table")  # relative to this file's folder unless given
 
 
 def check_hyperparameters(args):
