@@ -13,8 +13,8 @@ from pathlib import Path
 PROCESS_START = time.perf_counter()  # for the start-up time split in the log
 
 if __name__ == "__main__" and sys.dont_write_bytecode and sys.pycache_prefix is None:
-    # Before torch is imported. The lent H100 machines install PyTorch without bytecode and set
-    # PYTHONDONTWRITEBYTECODE, so every start compiled torch's sources again: 4 s of `import torch` and 7 s of
+    # Before torch is imported. Some machines install PyTorch without bytecode and set PYTHONDONTWRITEBYTECODE,
+    # so every start compiled torch's sources again: on an H100 host, 4 s of `import torch` and 7 s of
     # building the model (the modules torch.compile imports). Bytecode is kept in .bytecode beside this file
     # instead, for this process and the ones it starts (helpers, compile workers).
     sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"] = str(Path(__file__).resolve().with_name(".bytecode"))
@@ -929,8 +929,8 @@ class GPT(nn.Module):
         # entering the layer without attention, weighted 0.5 sigmoid(skip_lambda), 0.09 at first
         self.skip_from, self.skip_to = L // 3, L // 2 + 1
         self.skip_lambda = nn.Parameter(torch.tensor(-1.5))
-        # the head's dense connections read the stream entering layer 0, those after layers 3, 7 and 9, and the
-        # first value embedding; the one after 7 starts at -0.5 (backout)
+        # the head's dense connections read the stream entering layer 0, those after layers L//3, L-4 and L-2 (3, 7
+        # and 9 of 11), and the first value embedding; the one after L-4, the saved residual, starts at -0.5 (backout)
         self.dense_layers = (L // 3, L - SAVED_RESIDUAL_READERS - 1, L - 2)
         self.head = Head(dim, args.vocab_size, fp8, load_prefix_table(args.prefix_table, args.vocab_size),
                          initial_shares=[0.0, 0.0, -0.5, 0.0, 0.0])
@@ -2071,8 +2071,9 @@ def precompile(args, device, shapes, val_shape, stages):
     """The work of a helper process at a cold start (see Precompiler): compile the regions at the batch shapes
     of `stages` (indices of TRAINING_STAGES; None: the validation shape) into the compile cache that the
     training process reads, by running the forward and backward pass of one micro-batch at each of the stage's
-    warm-up steps, at that step's batch shape and in the training process's state there. No optimizer and no CUDA graphs: they compile
-    nothing. The cache directories come with the environment, set before the process was started."""
+    warm-up steps, at that step's batch shape and in the training process's state there. No optimizer and no
+    CUDA graphs: they compile nothing. The cache directories come with the environment, set before the
+    process was started."""
     if device.type == "cuda":
         torch.cuda.set_device(device)
     model = build_model(args, device, world_size=1)
@@ -2086,7 +2087,7 @@ def precompile(args, device, shapes, val_shape, stages):
             continue
         source = TrainSource(args.train_files, 0, 1, args.repeat_train_files, vocab_size=args.vocab_size)
         loader = PrefetchLoader(source, device)
-        for step in warm_up_steps(args, shapes)[stage]:  # a stage shorter than the warm-up spills into the next
+        for step in warm_up_steps(args, shapes)[stage]:  # a short stage's warm-up spills into the next stage
             micro = loader.send(shapes[stage_index(step, args)])[0]
             forward_backward(model, micro, set_step_state(model, step, args))
 
