@@ -30,7 +30,6 @@ import fnmatch
 import functools
 import glob
 import hashlib
-import inspect
 import json
 import math
 import multiprocessing
@@ -64,41 +63,46 @@ except ImportError:  # CPU builds of PyTorch come without Triton; only the FP8 h
 # Hyperparameters (defaults: the 8-GPU FineWeb record; the same global batch on any number of GPUs)
 
 
+def flag(default, meaning):
+    """A Hyperparameters field: its default, and its meaning, which --help prints."""
+    return dataclasses.field(default=default, metadata={"help": meaning})
+
+
 @dataclass
 class Hyperparameters:
     # data
-    train_files: str = "data/fineweb10B/fineweb_train_*.bin"  # glob of the training shards
-    val_files: str = "data/fineweb10B/fineweb_val_*.bin"  # glob of the validation shards
-    repeat_train_files: bool = False  # cycle the train shards (small proxy corpora) instead of stopping
-    val_tokens: int = 10_485_760  # validation always reads exactly these, from the start of val_files
-    val_seq_tokens: int = 64 * 1024  # tokens per validation forward pass
-    batch_tokens: int = 8 * 48 * 1024  # tokens per optimizer step in the last stage, over all GPUs
-    micro_batch_tokens: int = 48 * 1024  # tokens per forward pass on one GPU in the last stage
-    prefix_table: str = "data/gpt2_prefix_tokens.npy"  # each token's longest prefix token (the prefix loss)
+    train_files: str = flag("data/fineweb10B/fineweb_train_*.bin", "glob of the training shards")
+    val_files: str = flag("data/fineweb10B/fineweb_val_*.bin", "glob of the validation shards")
+    repeat_train_files: bool = flag(False, "cycle the train shards (small proxy corpora) instead of stopping")
+    val_tokens: int = flag(10_485_760, "validation always reads exactly these, from the start of val_files")
+    val_seq_tokens: int = flag(64 * 1024, "tokens per validation forward pass")
+    batch_tokens: int = flag(8 * 48 * 1024, "tokens per optimizer step in the last stage, over all GPUs")
+    micro_batch_tokens: int = flag(48 * 1024, "tokens per forward pass on one GPU in the last stage")
+    prefix_table: str = flag("data/gpt2_prefix_tokens.npy", "each token's longest prefix token (the prefix loss)")
     # model
-    vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 128
-    num_layers: int = 11  # transformer blocks
-    model_dim: int = 768  # width of the residual stream
-    head_dim: int = 128  # width of one attention head
+    vocab_size: int = flag(50304, "GPT-2's 50257 padded to a multiple of 128")
+    num_layers: int = flag(11, "transformer blocks")
+    model_dim: int = flag(768, "width of the residual stream")
+    head_dim: int = flag(128, "width of one attention head")
     # schedules (TRAINING_STAGES below; every schedule is a function of progress through scheduled_steps)
-    scheduled_steps: int = 1270  # optimizer steps over which the stages and learning rates are scheduled
-    extension_steps: int = 15  # steps after those, at the final learning rate, with longer windows
-    cooldown_frac: float = 0.8  # learning rates fall linearly over this last fraction of the scheduled steps
-    final_lr_frac: float = 0.3  # learning rates at the end of the cool-down, as a fraction of the initial ones
-    momentum_warmup_frac: float = 0.236  # NorMuon's momentum climbs 0.85 -> 0.95 over this fraction of steps
-    momentum_cooldown_frac: float = 0.039  # and falls back to 0.85 over this fraction at the very end
-    untie_frac: float = 2 / 3  # the head's weight is also the embedding until this fraction of the steps
+    scheduled_steps: int = flag(1270, "optimizer steps over which the stages and learning rates are scheduled")
+    extension_steps: int = flag(15, "steps after those, at the final learning rate, with longer windows")
+    cooldown_frac: float = flag(0.8, "learning rates fall linearly over this last fraction of the scheduled steps")
+    final_lr_frac: float = flag(0.3, "learning rates at the end of the cool-down, as a fraction of the initial ones")
+    momentum_warmup_frac: float = flag(0.236, "NorMuon's momentum climbs 0.85 -> 0.95 over this fraction of steps")
+    momentum_cooldown_frac: float = flag(0.039, "and falls back to 0.85 over this fraction at the very end")
+    untie_frac: float = flag(2 / 3, "the head's weight is also the embedding until this fraction of the steps")
     # optimizers (PARAMETER_TABLE below holds each parameter's multipliers)
-    matrix_lr: float = 0.023  # NorMuon's learning rate, for the hidden matrices
-    matrix_wd: float = 1.2  # NorMuon's weight decay: each step decays by lr * matrix_wd * scheduled matrix_lr
-    adam_lr: float = 0.008  # Adam's learning rate, for embeddings, head and scalars
-    adam_wd: float = 0.005  # Adam's weight decay: each step decays by lr^2 * adam_wd
+    matrix_lr: float = flag(0.023, "NorMuon's learning rate, for the hidden matrices")
+    matrix_wd: float = flag(1.2, "NorMuon's weight decay: each step decays by lr * matrix_wd * scheduled matrix_lr")
+    adam_lr: float = flag(0.008, "Adam's learning rate, for embeddings, head and scalars")
+    adam_wd: float = flag(0.005, "Adam's weight decay: each step decays by lr^2 * adam_wd")
     # run
-    val_loss_every: int = 125  # validate every this many steps; 0: only at the start and the end
-    warmup_steps: int = 2  # untimed steps per batch shape: compile, then capture CUDA graphs; their effect is undone
-    compile_cache: str = ".compile_cache"  # compiled kernels kept here for later runs; "" keeps none
-    seed: int = 0  # seed of the initial weights
-    smoke: bool = False  # start from SMOKE_SETTINGS: a CPU-sized run on data/sample
+    val_loss_every: int = flag(125, "validate every this many steps; 0: only at the start and the end")
+    warmup_steps: int = flag(2, "untimed steps per batch shape (compile, capture CUDA graphs), their effect undone")
+    compile_cache: str = flag(".compile_cache", "compiled kernels kept here for later runs; '' keeps none")
+    seed: int = flag(0, "seed of the initial weights")
+    smoke: bool = flag(False, "start from SMOKE_SETTINGS: a CPU-sized run on data/sample")
 
 
 SMOKE_SETTINGS = dict(
@@ -169,24 +173,12 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UserError(f"{message.removeprefix('argument ')}; see --help")
 
 
-def hyperparameter_help():
-    """Each Hyperparameters field's comment, read from the class's source: the comments are the docs."""
-    lines = inspect.getsource(Hyperparameters).splitlines()
-    fields = {}
-    for line in lines:
-        match = re.fullmatch(r"    (\w+): \w+ = .*?  # (.*)", line)
-        if match:
-            fields[match[1]] = match[2]
-    return fields
-
-
 def parse_args(argv):
     """A flag for every field of Hyperparameters; --smoke starts from SMOKE_SETTINGS, explicit flags win."""
     parser = ArgumentParser(prog="train_gpt.py", description=__doc__, argument_default=argparse.SUPPRESS,
                             allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter)
-    helps = hyperparameter_help()
     for field in dataclasses.fields(Hyperparameters):
-        text = f"{helps[field.name]} (default: {field.default!r})".replace("%", "%%")
+        text = f"{field.metadata['help']} (default: {field.default!r})".replace("%", "%%")
         if field.type is bool:
             parser.add_argument(f"--{field.name}", action=argparse.BooleanOptionalAction, help=text)
         else:
