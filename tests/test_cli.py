@@ -43,15 +43,13 @@ def test_error_classes_are_user_errors():
 
 
 @pytest.mark.parametrize("case", ["unknown flag", "no shards", "truncated shard", "batch does not divide",
-                                  "validation too large", "data runs out", "negative steps", "width and heads",
-                                  "logs is a file"])
+                                  "validation too large", "data runs out", "negative steps", "width and heads"])
 def test_user_error_is_one_line_and_status_1(case, workdir, capsys):
     flags, expected, logged = {
         "unknown flag": (["--nope", "1"], "error: --nope: unknown flag", False),
         "negative steps": (["--scheduled_steps", "-5"], "error: --scheduled_steps: -5 is below its least value", False),
         "width and heads": (["--model_dim", "100"], "error: --model_dim: 100 must be a multiple of --head_dim 32",
                             False),
-        "logs is a file": ([], "error: logs: cannot write the run's log there (File exists)", False),
         "no shards": (["--train_files", "none_*.bin"], "error: none_*.bin: no shard files match", True),
         "truncated shard": (["--train_files", "bad_*.bin"], "error: bad_000000.bin: truncated by 5 bytes", True),
         "batch does not divide": (["--batch_tokens", "1000"], "error: --batch_tokens: 1000 and", True),
@@ -64,18 +62,20 @@ def test_user_error_is_one_line_and_status_1(case, workdir, capsys):
     write_train_shard(workdir / "few_000000.bin", 12)
     write_train_shard(workdir / "bad_000000.bin", 30)
     (workdir / "bad_000000.bin").write_bytes((workdir / "bad_000000.bin").read_bytes()[:-5])
-    if case == "logs is a file":
-        (workdir / "logs").write_text("not a folder")
-        assert tg.main(QUICK + flags) == 1
-        assert capsys.readouterr().err.splitlines() == [expected + "; run from a folder where logs/ can be made and "
-                                                                   "written"]
-        return
     status, err, log = run_main(QUICK + flags, capsys)
     assert status == 1
     assert len(err) == 1 and err[0].startswith(expected), err
     assert (log is not None) == logged
     if logged:
         assert log[-1] == err[0] and not any(line.startswith("final") for line in log)
+
+
+def test_a_log_folder_that_cannot_be_written_is_a_one_line_error(workdir, capsys):
+    (workdir / "logs").write_text("not a folder")
+    assert tg.main(QUICK) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "error: logs: cannot write the run's log there (File exists); run from a folder where logs/ can be made and "
+        "written"]
 
 
 def test_internal_error_keeps_its_traceback(workdir, monkeypatch):
