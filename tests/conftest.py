@@ -1,3 +1,5 @@
+import ctypes
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +12,28 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "data"))
 
 from fineweb import BOS, write_shard  # noqa: E402
+
+
+def keep_freed_memory_in_the_heap():
+    """A smoke step's largest tensors (the head's logits and their gradient over the whole vocabulary, up to 300
+    MB; the embedding tables' gradients and Adam moments) are past glibc malloc's threshold for allocations of
+    their own: each is mapped afresh and unmapped when freed, so every training step faulted in hundreds of MB of
+    new pages, and a third of a smoke step's CPU time went to the kernel. Allocations up to 1 GiB taken from the
+    heap, and freed memory kept there for reuse, made the suite's training runs about 40% faster on 2 cores (the
+    suite's peak resident memory went from 3.7 to 4.3-4.5 GB). Where memory comes from, never what is computed; in
+    this process (mallopt) and in those the tests start (glibc reads the variables at their start; values
+    already set win). Without glibc: nothing."""
+    limit = str(2**30)
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", limit)
+    os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", limit)
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is not None:
+        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+        mallopt(M_MMAP_THRESHOLD, int(os.environ["MALLOC_MMAP_THRESHOLD_"]))
+        mallopt(M_TRIM_THRESHOLD, int(os.environ["MALLOC_TRIM_THRESHOLD_"]))
+
+
+keep_freed_memory_in_the_heap()
 
 
 def random_documents(rng, num_docs, min_len=1, max_len=300, vocab=50000):

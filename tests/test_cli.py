@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import termios
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -190,11 +191,41 @@ def test_ctrl_c_ends_the_run_with_one_line_in_the_log_and_status_130(where, work
     assert status == 130 and err == [f"interrupted {where}"] and log[-1] == f"interrupted {where}"
 
 
-def test_warm_up_leaves_no_trace_in_the_run(workdir, monkeypatch):
-    """A 12 + 2-step smoke run's warm-up (steps 0-1, 4-5, 8-9, 10-11 and 11-12) passes the untie step (9) and ends
-    on an even step, whose Adam gradients are kept: the first timed step must still start tied and with every gradient
-    zero (gradients are zeroed in place, never freed, as the CUDA graphs hold their addresses)."""
-    train_step, seen = tg.train_step, []
+# A 10 + 2-step smoke run with the default two warm-up steps: the stages start at steps 0, 3, 7, 8, 9 and 10, the
+# untie step is 7, and the warm-up runs steps 0-1, 3-4, 7-8, 8-9 and 9-10 (a stage one step long spills into the
+# next). So stage 2's warm-up passes the untie step and the whole warm-up ends on an even step: what the warm-up
+# and precompile tests below need, from one run.
+WARM_UP_RUN = QUICK + ["--warmup_steps", "2", "--scheduled_steps", "10"]
+
+
+def recording_forward(calls):
+    """GPT.forward, appending to `calls` what each call compiles for: the batch's tokens and sampled rows, the
+    windows, the tie state, the head's loss terms, grad mode."""
+    forward = tg.GPT.forward
+
+    def recorded(model, batch, windows):
+        head = model.head
+        rows = None if batch.candidates is None else batch.candidates.numel()
+        calls.append((batch.inputs.numel(), rows, windows, model.tied, head.mtp_terms, head.prefix_term,
+                      torch.is_grad_enabled()))
+        return forward(model, batch, windows)
+    return recorded
+
+
+class WatchedRun(typing.NamedTuple):
+    status: int  # main's exit status
+    steps: list  # (step, (tied, parameters with a nonzero gradient) before the step, those after it), warm-up included
+    forwards: list  # what each forward pass compiled for (recording_forward), warm-up and validation included
+    log: list  # the lines of the run's log
+
+
+@pytest.fixture(scope="module")
+def warm_up_run(tmp_path_factory):
+    """The run of WARM_UP_RUN, by main in this process, its train_step and GPT.forward watched. Three tests read
+    it: each had a run of its own, 15 to 50 s on 2 cores."""
+    workdir = tmp_path_factory.mktemp("warm_up_run")
+    (workdir / "data").symlink_to(ROOT / "data")
+    train_step, steps, forwards = tg.train_step, [], []
 
     def with_grads(model):
         return [n for n, p in model.named_parameters() if p.grad is not None and p.grad.any()]
@@ -202,22 +233,34 @@ def test_warm_up_leaves_no_trace_in_the_run(workdir, monkeypatch):
     def watched(model, micro_batches, adam, normuon, step, args, world_size):
         before = (model.tied, with_grads(model))
         loss = train_step(model, micro_batches, adam, normuon, step, args, world_size)
-        seen.append((step, before, with_grads(model)))
+        steps.append((step, before, with_grads(model)))
         return loss
-    monkeypatch.setattr(tg, "train_step", watched)
-    assert tg.main(QUICK + ["--warmup_steps", "2", "--scheduled_steps", "12"]) == 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(workdir)
+        patch.setattr(tg, "train_step", watched)
+        patch.setattr(tg.GPT, "forward", recording_forward(forwards))
+        status = tg.main(WARM_UP_RUN)
+    (log,) = (workdir / "logs").glob("*.txt")
+    return WatchedRun(status, steps, forwards, log.read_text().splitlines())
+
+
+def test_warm_up_leaves_no_trace_in_the_run(warm_up_run):
+    """A 10 + 2-step smoke run's warm-up (steps 0-1, 3-4, 7-8, 8-9 and 9-10) passes the untie step (7) and ends
+    on an even step, whose Adam gradients are kept: the first timed step must still start tied and with every gradient
+    zero (gradients are zeroed in place, never freed, as the CUDA graphs hold their addresses)."""
+    assert warm_up_run.status == 0
+    seen = warm_up_run.steps
     steps = [step for step, _, _ in seen]
-    assert steps[:10] == [0, 1, 4, 5, 8, 9, 10, 11, 11, 12] and steps[10:] == list(range(14))
+    assert steps[:10] == [0, 1, 3, 4, 7, 8, 8, 9, 9, 10] and steps[10:] == list(range(12))
     assert seen[9][2]  # the warm-up's last step left Adam's gradients behind
     assert seen[10][1] == (True, [])  # the run's first step: tied, no gradient
 
 
-def test_startup_line_splits_the_start_up_into_phases_that_add_up(workdir):
+def test_startup_line_splits_the_start_up_into_phases_that_add_up(warm_up_run):
     """The start-up line names each phase once, in order, and the phases cover the total: time that no phase
     counts would be time nobody can attribute."""
-    assert tg.main(QUICK + ["--warmup_steps", "1", "--scheduled_steps", "6", "--extension_steps", "0"]) == 0
-    (log,) = Path("logs").glob("*.txt")
-    (line,) = [line for line in log.read_text().splitlines() if line.startswith("startup: ")]
+    assert warm_up_run.status == 0
+    (line,) = [line for line in warm_up_run.log if line.startswith("startup: ")]
     phases = [phase.rsplit(" ", 1) for phase in line.removeprefix("startup: ").split(", ")]
     names = [name for name, _ in phases]
     # no compile cache on the CPU
@@ -228,34 +271,25 @@ def test_startup_line_splits_the_start_up_into_phases_that_add_up(workdir):
     assert sum(parts) - 0.05 * len(parts) <= total <= sum(parts) + 0.1 * total + 0.5
 
 
-def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(workdir, monkeypatch):
+def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(warm_up_run, monkeypatch):
     """A cold start's helper processes compile stages 1 to 4 and validation for the warm-up to load: they must
     run the forward passes the warm-up runs there, at the same batch shapes and in the same compiled-graph states
     (windows, tie state, the head's loss terms and sampled rows, grad mode). Run here in this process, on the
-    CPU. A 12 + 2-step run with three warm-up steps, so that stage 2's (8-10) pass the untie step (9)."""
-    calls, forward = [], tg.GPT.forward
-
-    def recorded(model, batch, windows):
-        head = model.head
-        rows = None if batch.candidates is None else batch.candidates.numel()
-        calls.append((batch.inputs.numel(), rows, windows, model.tied, head.mtp_terms, head.prefix_term,
-                      torch.is_grad_enabled()))
-        return forward(model, batch, windows)
-    monkeypatch.setattr(tg.GPT, "forward", recorded)
-    flags = QUICK + ["--warmup_steps", "3", "--scheduled_steps", "12"]
-    assert tg.main(flags) == 0
-    args = tg.parse_args(flags)
+    CPU. The warm-up test's run: stage 2's warm-up (7-8) passes the untie step (7)."""
+    assert warm_up_run.status == 0
+    args = tg.parse_args(WARM_UP_RUN)
     shapes = [tg.train_shape(args, 1, stage) for stage in tg.TRAINING_STAGES]
     assert list(tg.warm_up_steps(args, shapes)) == [0, 1, 2, 3, 4]  # the extension has stage 4's shape
-    passes = [3 * shape.accum_steps for shape in shapes[:5]]  # forward passes of each stage's warm-up
-    warm_up = calls[passes[0]: sum(passes) + 1]  # stages 1 to 4, and the validation warm-up's pass
+    passes = [2 * shape.accum_steps for shape in shapes[:5]]  # forward passes of each stage's warm-up
+    warm_up = warm_up_run.forwards[passes[0]: sum(passes) + 1]  # stages 1 to 4, and the validation warm-up's pass
     assert warm_up[-1][-1] is False and {call[3] for call in warm_up} == {True, False}
     assert {call[1] for call in warm_up} == {10240, 14336, 24576, None}
 
-    calls.clear()
+    calls = []
+    monkeypatch.setattr(tg.GPT, "forward", recording_forward(calls))
     val_shape = tg.BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
     tg.precompile(args, torch.device("cpu"), shapes, val_shape, [1, 2, 3, 4, None])
-    assert len(calls) == 4 * 3 + 1  # one micro-batch per warm-up step, one validation batch
+    assert len(calls) == 4 * 2 + 1  # one micro-batch per warm-up step, one validation batch
     assert set(calls) == set(warm_up)
 
 

@@ -252,13 +252,15 @@ def run_muon(rank, world_size, num_shares):
     return [p.detach() for p in params]
 
 
-def gloo_worker(rank, world_size, port, out_dir, run):
-    """Rank `rank` of a gloo group: saves run(rank, world_size, world_size) to out_dir/rank<rank>.pt."""
+def gloo_worker(rank, world_size, port, out_dir, runs):
+    """Rank `rank` of a gloo group: for each function `run` of `runs`, one after another, saves
+    run(rank, world_size, world_size) to out_dir/<its name>_rank<rank>.pt."""
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
-        torch.save(run(rank, world_size, world_size), Path(out_dir) / f"rank{rank}.pt")
+        for run in runs:
+            torch.save(run(rank, world_size, world_size), Path(out_dir) / f"{run.__name__}_rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -269,14 +271,30 @@ def free_port():
         return s.getsockname()[1]
 
 
+@pytest.fixture(scope="module")
+def gloo_runs(tmp_path_factory):
+    """gloo_runs(run, world_size): what `run` returned on each rank of a gloo group of world_size processes. The
+    processes are started once for every run of GLOO_RUNS[world_size], the first time one of them is asked for:
+    each process imports torch and this module, which took longer than most runs (4 processes on 2 cores: 12 s)."""
+    folders = {}
+
+    def results(run, world_size):
+        runs = GLOO_RUNS[world_size]
+        assert run in runs
+        if world_size not in folders:
+            folder = tmp_path_factory.mktemp(f"gloo_{world_size}")
+            mp.spawn(gloo_worker, args=(world_size, free_port(), str(folder), runs), nprocs=world_size)
+            folders[world_size] = folder
+        return [torch.load(folders[world_size] / f"{run.__name__}_rank{rank}.pt") for rank in range(world_size)]
+    return results
+
+
 @pytest.mark.parametrize("world_size", [2, 4])
-def test_distributed_normuon_equals_single_process(world_size, tmp_path):
+def test_distributed_normuon_equals_single_process(world_size, gloo_runs):
     """Groups of 5, 4 and 3 matrices: 5 and 3 are not multiples of 2 or 4, so shares are padded."""
     single = run_muon(0, 1, world_size)
-    mp.spawn(gloo_worker, args=(world_size, free_port(), str(tmp_path), run_muon), nprocs=world_size)
     initial = muon_parameters()
-    for rank in range(world_size):
-        params = torch.load(tmp_path / f"rank{rank}.pt")
+    for params in gloo_runs(run_muon, world_size):
         assert len(params) == len(single)
         for p, q, p0 in zip(params, single, initial):
             assert (q - p0).abs().max() > MUON_LR / 10  # the steps did move the parameters
@@ -336,14 +354,12 @@ def run_adam(rank, world_size, num_shares):
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
-def test_sharded_adam_equals_single_process(world_size, tmp_path):
+def test_sharded_adam_equals_single_process(world_size, gloo_runs):
     """Each rank updates a slice of every parameter (padded: 7 and 150 elements are no multiples of 4, and
     2 leaves ranks without a slice) and the slices are gathered: every rank must end with the parameters
     one process computes from the summed gradients, the untied copy included."""
     single = run_adam(0, 1, world_size)
-    mp.spawn(gloo_worker, args=(world_size, free_port(), str(tmp_path), run_adam), nprocs=world_size)
-    for rank in range(world_size):
-        params = torch.load(tmp_path / f"rank{rank}.pt")
+    for params in gloo_runs(run_adam, world_size):
         assert len(params) == len(single)
         for p, q in zip(params, single):
             assert torch.allclose(p, q, rtol=0, atol=1e-6)
@@ -380,16 +396,15 @@ def run_reductions(rank, world_size, num_shares):
     return received
 
 
-def test_reductions_started_in_the_backward_pass_sum_each_ranks_share_as_one_process_does(tmp_path):
+def test_reductions_started_in_the_backward_pass_sum_each_ranks_share_as_one_process_does(gloo_runs):
     """Two ranks, each with one of a step's two micro-batches, their reductions started by start_reductions
     (NorMuon's groups in two parts each, Adam's parameters one by one): every rank must receive, for its
     matrices and slices, the gradients one process accumulates over both micro-batches, and between them the
     ranks must cover every parameter."""
     single = run_reductions(0, 1, 2)
-    mp.spawn(gloo_worker, args=(2, free_port(), str(tmp_path), run_reductions), nprocs=2)
     matrices, slices = set(), {name: [] for name, g in single.items() if isinstance(g, tuple)}
-    for rank in range(2):
-        for name, grad in torch.load(tmp_path / f"rank{rank}.pt").items():
+    for received in gloo_runs(run_reductions, 2):
+        for name, grad in received.items():
             if isinstance(grad, tuple):
                 (start, grad), expected = grad, single[name][1]
                 expected = expected[start : start + len(grad)]
@@ -423,18 +438,21 @@ def run_train_steps(rank, world_size, num_shares):
     return losses, {name: p.detach() for name, p in model.named_parameters()}
 
 
-def test_two_ranks_train_as_one_process_does_within_rounding(tmp_path):
+def test_two_ranks_train_as_one_process_does_within_rounding(gloo_runs):
     """Six steps of train_step on two ranks, across the untie: the ranks must hold the same weights, bit for bit,
     and log the losses one process logs. After the first two steps the losses may part by rounding: the
     optimizers turn the float32 sums' rounding in weak directions into whole updates (Adam's first step is
     sign(g) * lr), which moved these losses by up to 3e-4 relative at the sixth step; a micro-batch lost or
     counted twice moves the first step's by far more than 1e-5."""
     losses, _ = run_train_steps(0, 1, 2)
-    mp.spawn(gloo_worker, args=(2, free_port(), str(tmp_path), run_train_steps), nprocs=2)
-    (losses_0, params_0), (losses_1, params_1) = (torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2))
+    (losses_0, params_0), (losses_1, params_1) = gloo_runs(run_train_steps, 2)
     assert losses_0 == losses_1 and all(torch.equal(params_0[name], params_1[name]) for name in params_0)
     assert losses_0[:2] == pytest.approx(losses[:2], rel=1e-5)
     assert losses_0 == pytest.approx(losses, rel=1e-3)
+
+
+# The runs of the tests above that share a gloo group (gloo_runs), by world size: one after another in each process.
+GLOO_RUNS = {2: (run_muon, run_adam, run_reductions, run_train_steps), 4: (run_muon, run_adam)}
 
 
 def test_reductions_start_in_the_order_the_backward_pass_finishes_gradients():
