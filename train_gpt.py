@@ -81,7 +81,8 @@ class Hyperparameters:
     prefix_table: str = flag("data/gpt2_prefix_tokens.npy", "each token's longest prefix token (the prefix loss)")
     # model
     vocab_size: int = flag(50304, "GPT-2's 50257 padded to a multiple of 128")
-    num_layers: int = flag(11, "transformer blocks")
+    layers: str = flag("LssLMSM-sMl", "the blocks, a letter each: L or S, attention with the long or the short window "
+                       "and an MLP (l, s: its values take a value embedding); M, an MLP alone; -, neither")
     model_dim: int = flag(768, "width of the residual stream")
     head_dim: int = flag(128, "width of one attention head")
     # schedules (TRAINING_STAGES below; every schedule is a function of progress through scheduled_steps)
@@ -108,7 +109,7 @@ class Hyperparameters:
 SMOKE_SETTINGS = dict(
     train_files="data/sample/sample_train_*.bin", val_files="data/sample/sample_val_*.bin",
     repeat_train_files=True, val_tokens=4096, val_seq_tokens=1024, batch_tokens=1536, micro_batch_tokens=768,
-    num_layers=4, model_dim=64, head_dim=32, scheduled_steps=24, extension_steps=2, val_loss_every=8,
+    layers="LlsM", model_dim=64, head_dim=32, scheduled_steps=24, extension_steps=2, val_loss_every=8,
     warmup_steps=0,
 )
 PATH_FIELDS = ("train_files", "val_files", "prefix_table")  # relative to this file's folder unless given
@@ -200,7 +201,7 @@ def parse_args(argv):
 def check_hyperparameters(args):
     """Sizes and step counts that no run could use, refused before anything starts, naming the flag."""
     at_least = dict(scheduled_steps=1, extension_steps=0, val_tokens=1, val_seq_tokens=1, batch_tokens=1,
-                    micro_batch_tokens=1, num_layers=4, model_dim=12, head_dim=4, val_loss_every=0, warmup_steps=0,
+                    micro_batch_tokens=1, model_dim=12, head_dim=4, val_loss_every=0, warmup_steps=0,
                     vocab_size=BOS + 1)
     for name, least in at_least.items():
         if getattr(args, name) < least:
@@ -208,6 +209,9 @@ def check_hyperparameters(args):
     for name in ("cooldown_frac", "final_lr_frac", "momentum_warmup_frac", "momentum_cooldown_frac", "untie_frac"):
         if not 0 <= getattr(args, name) <= 1:
             raise UserError(f"--{name}: {getattr(args, name)} is not a fraction between 0 and 1")
+    if len(args.layers) < 4 or set(args.layers) - set("LlSsM-") or not set(args.layers) & set("ls"):
+        raise UserError(f"--layers: {args.layers!r} is not at least 4 of the letters L, l, S, s, M and -, with at "
+                        f"least one l or s (the head reads the first value embedding)")
     if args.model_dim % args.head_dim or args.head_dim % 4:
         raise UserError(f"--model_dim: {args.model_dim} must be a multiple of --head_dim {args.head_dim}, which "
                         f"must be a multiple of 4 (rotary turns a quarter of each head's dimension pairs)")
@@ -755,11 +759,11 @@ class Block(nn.Module):
     gets compiled, so that windows and sequence boundaries, which change from batch to batch, never enter
     a compiled graph and cause recompiles."""
 
-    def __init__(self, dim, head_dim, rotary, fp8, attention=True, long_window=False, value_embed=False):
+    def __init__(self, dim, head_dim, rotary, fp8, attention=True, long_window=False, value_embed=False, mlp=True):
         super().__init__()
         self.residual_mix = nn.Parameter(torch.tensor([1.0, 0.0]))  # residual stream vs. the embedding x0
         self.attn = Attention(dim, head_dim, rotary, long_window, value_embed) if attention else None
-        self.mlp = MLP(dim, fp8)
+        self.mlp = MLP(dim, fp8) if mlp else None
 
     def forward(self, x, x0, value_embed, skip, bigram, seqs, window, attend_from=None):
         """skip: None, or the skip connection into this layer as (activations, skip_lambda); bigram: None, or
@@ -792,7 +796,7 @@ class Block(nn.Module):
         return self.residual_mix[0] * x + self.residual_mix[1] * x0
 
     def add_mlp(self, x):
-        return x + self.mlp(rms_norm(x))
+        return x if self.mlp is None else x + self.mlp(rms_norm(x))
 
     def compile(self):
         """Regional compilation: each part is one graph per batch shape, shared by every layer of the same
@@ -888,7 +892,7 @@ class Head(nn.Module):
 class GPT(nn.Module):
     def __init__(self, args: Hyperparameters, fp8):
         super().__init__()
-        dim, L = args.model_dim, args.num_layers
+        dim, L = args.model_dim, len(args.layers)
         self.rotary = Rotary(args.head_dim, max_len=max(args.micro_batch_tokens, args.val_seq_tokens))
         self.embed = nn.Embedding(args.vocab_size, dim)  # unused while tied: the head's weight stands in
         self.tied = True
@@ -903,22 +907,20 @@ class GPT(nn.Module):
         # bf16 holds +-1 exactly, and the product takes the table's dtype
         self.register_buffer("bigram_signs", signs.sign().bfloat16().to(self.bigram_embed.weight.device),
                              persistent=False)
-        # before layer 0; after attention in 1, 2, ... (the entry of the layer without attention is unused)
+        # before layer 0; after attention in 1, 2, ... (the entries of layers without attention are unused)
         self.bigram_weights = nn.Parameter(torch.full((L,), 0.05))
-        # value embeddings, one for each of layers 1, 2 and the last three (the public record's); small at first
-        # (0.01, not nn.Embedding's 1): a token's value is not random noise before it is learnt
-        self.value_layers = sorted({1, 2, L - 3, L - 2, L - 1} - {L // 2 + 1})  # not the layer without attention
+        # value embeddings, one for each layer whose letter is l or s; small at first (0.01, not nn.Embedding's 1):
+        # a token's value is not random noise before it is learnt
+        self.value_layers = [i for i, letter in enumerate(args.layers) if letter in "ls"]
         self.value_embeds = nn.ModuleList(nn.Embedding(args.vocab_size, dim) for _ in self.value_layers)
         for table in self.value_embeds:
             nn.init.normal_(table.weight, std=0.01)
-        # the layer just past the middle does without attention (found by the public speedrun)
-        # the first layer, the one a third of the way up and the last see the long window; the others the short
-        self.long_layers = {0, L // 3, L - 1}
-        self.blocks = nn.ModuleList(Block(dim, args.head_dim, self.rotary, fp8, attention=i != L // 2 + 1,
-                                          long_window=i in self.long_layers, value_embed=i in self.value_layers)
-                                    for i in range(L))
+        self.long_layers = {i for i, letter in enumerate(args.layers) if letter in "Ll"}
+        self.blocks = nn.ModuleList(Block(dim, args.head_dim, self.rotary, fp8, attention=letter in "LlSs",
+                                          long_window=i in self.long_layers, value_embed=i in self.value_layers,
+                                          mlp=letter != "-") for i, letter in enumerate(args.layers))
         # one skip connection (the public record's #45): the output of layer L//3 joins the residual stream
-        # entering the layer without attention, weighted 0.5 sigmoid(skip_lambda), 0.09 at first
+        # entering layer L//2 + 1, weighted 0.5 sigmoid(skip_lambda), 0.09 at first
         self.skip_from, self.skip_to = L // 3, L // 2 + 1
         self.skip_lambda = nn.Parameter(torch.tensor(-1.5))
         # the head's dense connections read the stream entering layer 0, those after layers L//3, L-4 and L-2 (3, 7

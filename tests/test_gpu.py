@@ -161,7 +161,7 @@ def test_compiled_model_equals_eager_model():
     hide a wrong term; in bf16 gradients that cancel to ~1e-4 of their terms (a layer's value_mix, the
     bigram weights) differ by most of their size compiled or not. build_model's own model (bf16, FP8 head,
     whose loss has its own check above) stays within 1 % of the float32 loss."""
-    args = tg.parse_args(["--smoke", "--num_layers", "12", "--model_dim", "256", "--head_dim", "128"])
+    args = tg.parse_args(["--smoke", "--layers", "LssSLSSMSssl", "--model_dim", "256", "--head_dim", "128"])
     device = torch.device("cuda")
     model = tg.build_model(args, device, 1)
     randomise_zero_initialised(model)

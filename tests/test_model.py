@@ -491,7 +491,7 @@ def test_reductions_start_in_the_order_the_backward_pass_finishes_gradients():
     def index(name):
         return next(i for i, names_ in enumerate(order) if name in names_)
 
-    last = args.num_layers - 1
+    last = len(args.layers) - 1
     matrices = [index(n) for n, _ in named]
     assert index("head.weight") < min(matrices)
     assert index(f"blocks.{last}.mlp.fc.weight") < index("blocks.0.mlp.fc.weight")
@@ -686,7 +686,10 @@ def test_parse_args_errors_name_the_flag(argv, message):
     (["--scheduled_steps", "0"], "--scheduled_steps: 0 is below its least value, 1"),
     (["--extension_steps", "-1"], "--extension_steps: -1 is below its least value, 0"),
     (["--batch_tokens", "0"], "--batch_tokens: 0 is below its least value, 1"),
-    (["--num_layers", "3"], "--num_layers: 3 is below its least value, 4"),
+    (["--layers", "LsM"], "--layers: 'LsM' is not at least 4 of the letters L, l, S, s, M and -"),
+    (["--layers", "LsMX"], "--layers: 'LsMX' is not at least 4 of the letters"),
+    (["--layers", "LSSM"], "--layers: 'LSSM' is not at least 4 of the letters L, l, S, s, M and -, with at least one l "
+                           "or s"),
     (["--vocab_size", "50000"], "--vocab_size: 50000 is below its least value, 50257"),
     (["--model_dim", "100"], "--model_dim: 100 must be a multiple of --head_dim 128"),
     (["--smoke", "--head_dim", "30", "--model_dim", "60"], "--model_dim: 60 must be a multiple of --head_dim 30, "
@@ -774,18 +777,22 @@ def test_every_step_of_the_proxy_schedule_sets_the_state_written_out_by_hand():
 
 
 def test_the_default_layout_layer_by_layer():
-    """The 11-layer model as the record has it, written out: attention everywhere but layer 6, 128-wide Q/K
-    heads, the long window and the key offset in layers 0, 3 and 10, value embeddings into 1, 2, 8, 9 and 10, the
-    skip from 3 into 6, the head's dense connections from the streams after 3, 7 and 9."""
+    """The 11-layer model as the record has it (#92's), written out: attention in layers 0, 1, 2, 3, 5, 8 and 10,
+    an MLP in every layer but 7, which is gone but for its residual mix; 128-wide Q/K heads, the long window and
+    the key offset in layers 0, 3 and 10, value embeddings into 1, 2, 8 and 10, the skip from 3 into 6, the
+    head's dense connections from the streams after 3, 7 and 9."""
+    assert tg.Hyperparameters().layers == "LssLMSM-sMl"
     with torch.device("meta"):  # shapes and structure only: no memory, no initialisation
         model = tg.GPT(tg.Hyperparameters(), fp8=False)
     attention = [i for i, block in enumerate(model.blocks) if block.attn is not None]
-    assert len(model.blocks) == 11 and attention == [0, 1, 2, 3, 4, 5, 7, 8, 9, 10]
+    assert len(model.blocks) == 11 and attention == [0, 1, 2, 3, 5, 8, 10]
+    assert [i for i, block in enumerate(model.blocks) if block.mlp is None] == [7]
+    assert [name for name, _ in model.blocks[7].named_parameters()] == ["residual_mix"]
     assert all(model.blocks[i].attn.head_dim == 128 and model.blocks[i].attn.num_heads == 6 for i in attention)
     assert model.layer_windows(("short", "long")) == ["long", "short", "short", "long"] + ["short"] * 6 + ["long"]
     assert [i for i in attention if model.blocks[i].attn.key_offset] == [0, 3, 10]
     gated = [i for i in attention if model.blocks[i].attn.value_gate is not None]
-    assert gated == model.value_layers == [1, 2, 8, 9, 10]
+    assert gated == model.value_layers == [1, 2, 8, 10]
     assert (model.skip_from, model.skip_to, model.dense_layers) == (3, 6, (3, 7, 9))
 
 
@@ -952,7 +959,7 @@ def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
     traced again at every warm start. Inductor's CPU backend compiles here: about a minute."""
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    args = tg.parse_args(["--smoke", "--num_layers", "12", "--model_dim", "64", "--head_dim", "32"])
+    args = tg.parse_args(["--smoke", "--layers", "LssSLSSMSssl", "--model_dim", "64", "--head_dim", "32"])
     model = tg.GPT(args, fp8=False)
     randomise_zero_initialised(model)
     eager = copy.deepcopy(model)
@@ -1367,11 +1374,14 @@ def block_calls(model):
     return inputs, args, outputs
 
 
+ELEVEN = "LssLSSMSssl"  # the 11 layers before #92's removals: the mechanisms below have something in every layer
+
+
 def test_the_last_layers_attend_from_the_residual_saved_before_them():
     """With 8 layers, layers 5-7 get the residual stream after layer 4 to attend from (layer 5 has no
     attention, so 6 and 7 use it); their queries, keys and values come from it, their residual goes on."""
     torch.manual_seed(0)
-    model = tg.GPT(tg.parse_args(["--smoke", "--num_layers", "8"]), fp8=False)
+    model = tg.GPT(tg.parse_args(["--smoke", "--layers", "LslSSMsl"]), fp8=False)
     randomise_zero_initialised(model)
     _, args, outputs = block_calls(model)
     seen = {i: block_args[7] for i, block_args in args.items()}
@@ -1388,7 +1398,7 @@ def test_one_skip_connection_from_layer_a_third_up_into_the_layer_without_attent
     """11 layers: layer 3's output, times 0.5 sigmoid(skip_lambda) (0.0912 at first), joins the residual stream
     entering layer 6, before the embedding is mixed in; no other layer gets a skip."""
     torch.manual_seed(0)
-    model = tg.GPT(tg.parse_args(["--smoke", "--num_layers", "11"]), fp8=False)
+    model = tg.GPT(tg.parse_args(["--smoke", "--layers", ELEVEN]), fp8=False)
     randomise_zero_initialised(model)
     _, args, outputs = block_calls(model)
     skips = {i: block_args[3] for i, block_args in args.items()}
@@ -1408,7 +1418,7 @@ def test_dense_connections_start_as_backout_and_compute_their_formula():
     exactly x - 0.5 h7; the sources are the stream entering layer 0, those after layers 3, 7, 9, and the
     first value embedding; W2 gets a gradient at once."""
     torch.manual_seed(0)
-    model = tg.GPT(tg.parse_args(["--smoke", "--num_layers", "11"]), fp8=False)
+    model = tg.GPT(tg.parse_args(["--smoke", "--layers", ELEVEN]), fp8=False)
     assert model.dense_layers == (3, 7, 9)
     dense = model.head.dense
     x, sources = torch.randn(16, 64), [torch.randn(16, 64) for _ in range(5)]
@@ -1430,7 +1440,7 @@ def test_five_value_embeddings_feed_layers_1_2_and_the_last_three_through_per_he
     """11 layers: one table each for layers 1, 2, 8, 9, 10, none elsewhere; each head's value is 0.5 v plus
     2 sigmoid(W [x[:6], ve[:6]]) ve, the gate 1 at first (W zero)."""
     torch.manual_seed(0)
-    model = tg.GPT(tg.parse_args(["--smoke", "--num_layers", "11"]), fp8=False)
+    model = tg.GPT(tg.parse_args(["--smoke", "--layers", ELEVEN]), fp8=False)
     assert model.value_layers == [1, 2, 8, 9, 10] and len(model.value_embeds) == 5
     assert [b.attn is not None and b.attn.value_gate is not None for b in model.blocks] == [
         i in (1, 2, 8, 9, 10) for i in range(11)]
