@@ -1751,10 +1751,14 @@ class PrefetchLoader:
 class RunLog:
     """Rank 0's log file, written line by line and flushed, and its console. On an interactive console a
     progress bar stands in for the step lines (the file still gets every one); elsewhere (CI, output
-    redirected to a file) the console gets the lines. Other ranks log nothing."""
+    redirected to a file) the console gets the lines. Other ranks log nothing.
+
+    In the file every line ends with a tab and its chain hash: 12 hex digits of sha256 of the line before's
+    hash, a newline and the line, so that an edited line breaks the chain there (docs/log_format.md says what
+    that proves; records/summarize.py checks it)."""
 
     def __init__(self, path, console=None):
-        self.file, self.console = None, console or sys.stdout
+        self.file, self.console, self.chain = None, console or sys.stdout, ""
         self.interactive = path is not None and self.console.isatty()
         if path is not None:
             try:
@@ -1766,7 +1770,9 @@ class RunLog:
 
     def __call__(self, line, echo=True):
         if self.file is not None:
-            self.file.write(line + "\n")
+            for text in line.split("\n"):  # a line of the file at a time, each with its hash
+                self.chain = hashlib.sha256(f"{self.chain}\n{text}".encode()).hexdigest()[:12]
+                self.file.write(f"{text}\t{self.chain}\n")
             if echo:
                 tqdm.write(line, file=self.console)  # above any progress bar; a plain print without one
                 self.console.flush()

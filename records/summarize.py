@@ -5,8 +5,10 @@
 Every `*.txt` in the folder must be one complete run log in the format of docs/log_format.md. Each
 log is checked: the embedded source matches its code_sha256, train steps are exactly 1..N in order,
 train_time never decreases, step_avg agrees with train_time/step, there are validation lines at
-steps 0 and N, and the final line agrees with them. All logs must embed the same code. Problems are
-printed to stderr as `file:line: message`.
+steps 0 and N, and the final line agrees with them. All logs must embed the same code. A log that carries
+the hash chain (log format 2: every line ends with a tab and a hash of that line and the ones before it) must
+carry it on every line, unbroken: an edited line breaks it there. What the chain proves, and what not, is in
+docs/log_format.md. Problems are printed to stderr as `file:line: message`.
 
 If every log is good, the tool writes <folder>/statistics.md (also printed to stdout) and
 <folder>/val_loss.png, and runs a one-sided t-test of "mean final val loss < target". With --check it writes
@@ -38,6 +40,7 @@ from pathlib import Path
 ALPHA = 0.01  # significance level for "the mean is below target"
 
 MAGIC = "train_gpt.py run log"
+CHAINED_RE = re.compile(r"(.*)\t([0-9a-f]{12})", re.DOTALL)  # a line of log format 2: its text, its chain hash
 SOURCE_START, SOURCE_END = "==== source train_gpt.py ====", "==== end source ===="
 SMI_START, SMI_END = "==== nvidia-smi ====", "==== end nvidia-smi ===="
 
@@ -63,6 +66,30 @@ class Run:
     train_ms: float = None  # from the final line
 
 
+def chain_hash(previous, text):
+    """A line's chain hash (log format 2): 12 hex digits of sha256 of the previous line's hash ('' for the
+    first line), a newline, and the line's text. train_gpt.py's RunLog writes it."""
+    return hashlib.sha256(f"{previous}\n{text}".encode()).hexdigest()[:12]
+
+
+def unchain(lines, problem):
+    """The lines' texts without their chain hashes, or None after reporting the first line whose hash is
+    missing or wrong (that line, or one before it, was edited, inserted or removed)."""
+    texts, previous = [], ""
+    for lineno, line in enumerate(lines, 1):
+        match = CHAINED_RE.fullmatch(line)
+        if match is None:
+            problem(lineno, "no chain hash at the end of the line (the log's first line has one)")
+            return None
+        if match[2] != chain_hash(previous, match[1]):
+            problem(lineno, f"chain hash {match[2]} is not {chain_hash(previous, match[1])}: this line or one "
+                            f"before it is not as it was written")
+            return None
+        texts.append(match[1])
+        previous = match[2]
+    return texts
+
+
 def check_log(path):
     """Parse and check one run log; returns (Run, list of problem strings)."""
     run, problems = Run(path), []
@@ -78,6 +105,10 @@ def check_log(path):
         return run, problems
     if lines[-1] == "":
         lines.pop()
+    if lines and lines[0].startswith(MAGIC + "\t"):
+        lines = unchain(lines, problem)
+        if lines is None:
+            return run, problems
     if not lines or lines[0] != MAGIC:
         problem(1, f"not a run log: the first line must be {MAGIC!r}")
         return run, problems

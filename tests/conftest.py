@@ -88,6 +88,16 @@ def micro_batch(inputs, targets, seqs):
     return tg.MicroBatch(inputs, targets, torch.from_numpy(rows), torch.from_numpy(signs), seqs)
 
 
+def read_log(path):
+    """A run log's lines as train_gpt.py logged them: each file line's hash chain checked (records/summarize.py)
+    and taken off."""
+    from records import summarize
+    problems = []
+    lines = summarize.unchain(path.read_text().split("\n")[:-1], lambda *problem: problems.append(problem))
+    assert not problems, problems
+    return lines
+
+
 def check_nan_stops_the_run(monkeypatch, flags):
     """Run train_gpt.main with the loss of step 3 made NaN: the log must end with the error line for step 3,
     after the lines of steps 1 and 2, and no step after step 4 may have been queued (one step late at most)."""
@@ -101,7 +111,7 @@ def check_nan_stops_the_run(monkeypatch, flags):
     monkeypatch.setattr(tg, "train_step", poisoned)
     assert tg.main(flags + ["--scheduled_steps", "6", "--extension_steps", "0"]) == 1
     (log,) = Path("logs").glob("*.txt")
-    lines = log.read_text().splitlines()
+    lines = read_log(log)
     assert lines[-1] == "error: training loss is nan at step 3; stopping"
     steps = [line.split()[0] for line in lines if line.startswith("step:") and " train_loss:" in line]
     assert steps == ["step:1/6", "step:2/6"] and max(queued) <= 3

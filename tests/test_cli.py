@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import train_gpt as tg
-from conftest import check_nan_stops_the_run, random_documents
+from conftest import check_nan_stops_the_run, random_documents, read_log
 from fineweb import write_shard
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ def run_main(argv, capsys):
     err = capsys.readouterr().err.splitlines()
     logs = list(Path("logs").glob("*.txt"))
     assert len(logs) <= 1
-    return status, err, logs[0].read_text().splitlines() if logs else None
+    return status, err, read_log(logs[0]) if logs else None
 
 
 def write_train_shard(path, num_docs, seed=0):
@@ -107,7 +107,7 @@ def test_run_sh_without_a_gpu_runs_the_smoke_run_and_says_so(tmp_path):
     assert run.stderr.splitlines()[0] == ("run.sh: no NVIDIA GPU found: running the CPU smoke run on data/sample "
                                           "instead (train_gpt.py --smoke)")
     (log,) = (tmp_path / "logs").glob("*.txt")
-    lines = log.read_text().splitlines()
+    lines = read_log(log)
     assert lines[3].startswith("command: train_gpt.py --smoke") and lines[-1].startswith("final val_loss:")
 
 
@@ -130,7 +130,7 @@ def test_run_log_shows_a_bar_on_a_terminal_and_lines_elsewhere(console, tmp_path
     if bar is not None:
         bar.close()
     shown = console.getvalue()
-    assert (tmp_path / "run.txt").read_text().splitlines() == [
+    assert read_log(tmp_path / "run.txt") == [
         "startup: 1.0s", "step:1/3 train_loss:1.0000", "step:2/3 train_loss:1.0000", "step:3/3 train_loss:1.0000",
         "final val_loss:1.0000"]
     assert "startup: 1.0s" in shown and "final val_loss:1.0000" in shown
@@ -241,7 +241,7 @@ def warm_up_run(tmp_path_factory):
         patch.setattr(tg.GPT, "forward", recording_forward(forwards))
         status = tg.main(WARM_UP_RUN)
     (log,) = (workdir / "logs").glob("*.txt")
-    return WatchedRun(status, steps, forwards, log.read_text().splitlines())
+    return WatchedRun(status, steps, forwards, read_log(log))
 
 
 def test_warm_up_leaves_no_trace_in_the_run(warm_up_run):

@@ -22,7 +22,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 import train_gpt as tg
-from conftest import micro_batch, randomise_zero_initialised, rel_error
+from conftest import micro_batch, randomise_zero_initialised, read_log, rel_error
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = tg.parse_args(["--smoke"])
@@ -925,7 +925,7 @@ def run_in_copy(tmp_path, command):
     ranks = [line for line in run.stderr.splitlines() if line.startswith("[rank")]  # torchrun's children
     assert run.returncode == 0, "\n".join(ranks[-40:]) or run.stderr[-3000:]
     (log,) = (tmp_path / "logs").glob("*.txt")
-    return log.read_text().splitlines(), log.stem
+    return read_log(log), log.stem
 
 
 # Slow: a real training run, about 1-2 minutes on 2 cores (python train_gpt.py --smoke on data/sample).
