@@ -37,6 +37,7 @@ import platform
 import re
 import signal
 import subprocess
+import typing
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ class Hyperparameters:
     prefix_table: str = flag("data/gpt2_prefix_tokens.npy", "each token's longest prefix token (the prefix loss)")
     # model
     vocab_size: int = flag(50304, "GPT-2's 50257 padded to a multiple of 128")
+    ngram_rows: int = flag(377_280, "rows of the hashed n-gram embedding table: half for bigrams, half trigrams")
     layers: str = flag("LssLMSM-sMl", "the blocks, a letter each: L or S, attention with the long or the short window "
                        "and an MLP (l, s: its values take a value embedding); M, an MLP alone; -, neither")
     model_dim: int = flag(768, "width of the residual stream")
@@ -109,7 +111,7 @@ class Hyperparameters:
 SMOKE_SETTINGS = dict(
     train_files="data/sample/sample_train_*.bin", val_files="data/sample/sample_val_*.bin",
     repeat_train_files=True, val_tokens=4096, val_seq_tokens=1024, batch_tokens=1536, micro_batch_tokens=768,
-    layers="LlsM", model_dim=64, head_dim=32, scheduled_steps=24, extension_steps=2, val_loss_every=8,
+    layers="LlsM", ngram_rows=8192, model_dim=64, head_dim=32, scheduled_steps=24, extension_steps=2, val_loss_every=8,
     warmup_steps=0,
 )
 PATH_FIELDS = ("train_files", "val_files", "prefix_table")  # relative to this file's folder unless given
@@ -148,7 +150,7 @@ TRAINING_STAGES = (
 )
 FINAL_VALIDATION_WINDOWS = (6, 20)
 WINDOW_BLOCK = 128  # tokens
-BIGRAM_ROWS, BIGRAM_SIGN_ROWS = 50304 * 15 // 2, 8192  # the bigram hash table's rows; its sign patterns
+NGRAM_SIGN_ROWS = 8192  # the n-gram table's sign patterns
 SAVED_RESIDUAL_READERS = 3  # the last layers' attention reads the residual stream from before them (#73, #77)
 
 
@@ -201,7 +203,7 @@ def parse_args(argv):
 def check_hyperparameters(args):
     """Sizes and step counts that no run could use, refused before anything starts, naming the flag."""
     at_least = dict(scheduled_steps=1, extension_steps=0, val_tokens=1, val_seq_tokens=1, batch_tokens=1,
-                    micro_batch_tokens=1, model_dim=12, head_dim=4, val_loss_every=0, warmup_steps=0,
+                    micro_batch_tokens=1, ngram_rows=4, model_dim=12, head_dim=4, val_loss_every=0, warmup_steps=0,
                     vocab_size=BOS + 1)
     for name, least in at_least.items():
         if getattr(args, name) < least:
@@ -765,25 +767,25 @@ class Block(nn.Module):
         self.attn = Attention(dim, head_dim, rotary, long_window, value_embed) if attention else None
         self.mlp = MLP(dim, fp8) if mlp else None
 
-    def forward(self, x, x0, value_embed, skip, bigram, seqs, window, attend_from=None):
-        """skip: None, or the skip connection into this layer as (activations, skip_lambda); bigram: None, or
-        the bigram embedding and its weight in this layer, added after attention; attend_from: None, or an
+    def forward(self, x, x0, value_embed, skip, ngram, seqs, window, attend_from=None):
+        """skip: None, or the skip connection into this layer as (activations, skip_lambda); ngram: None, or
+        the n-gram embedding and its weight in this layer, added after attention; attend_from: None, or an
         earlier residual stream that attention reads instead of this layer's."""
         if self.attn is None:
             return self.mix_and_mlp(x, x0, skip)
         x, normed, q, k, v = self.before_attention(x, x0, value_embed, skip, attend_from)
         y = attention(q, k, v, seqs, window, self.attn.rotary.scale)
-        return self.after_attention(x, normed, y, v, *(bigram or ()))
+        return self.after_attention(x, normed, y, v, *(ngram or ()))
 
     def before_attention(self, x, x0, value_embed, skip, attend_from):
         x = self.mix(x, x0, skip)
         normed = rms_norm(x if attend_from is None else attend_from)
         return x, normed, *self.attn.project(normed, value_embed)
 
-    def after_attention(self, x, normed, y, v, bigram=None, weight=None):
+    def after_attention(self, x, normed, y, v, ngram=None, weight=None):
         x = x + self.attn.finish(normed, y, v)
-        if bigram is not None:
-            x = x + weight * bigram
+        if ngram is not None:
+            x = x + weight * ngram
         return self.add_mlp(x)
 
     def mix_and_mlp(self, x, x0, skip):
@@ -889,6 +891,63 @@ class Head(nn.Module):
         return F.cross_entropy(softcap(logits), targets.long(), reduction="sum")
 
 
+class NgramTable(nn.Module):
+    """The hashed n-gram embedding (the public record's bigram table, #62 and #83, and #92's trigram half): a
+    token's embedding is its bigram row of the table times a fixed random sign pattern, plus its trigram row
+    times another, so that n-grams sharing a row share less of it. The loader hashes the tokens (hash_ngrams)
+    and lists the step's distinct rows (gather_ngram_rows).
+
+    The table is no parameter: a step reads a few hundred thousand of its millions of rows, and only those
+    may cost time. The step's rows are gathered into `cache` (once: the same rows for all of a step's
+    micro-batches), a parameter of the step's size whose gradient is then that of those rows alone; RowAdam
+    writes their update back into the table. The table has a padding row at its end (RowAdam's, with several
+    ranks)."""
+
+    def __init__(self, rows, dim, capacity):
+        super().__init__()
+        # made in bf16 on a GPU: as float32 first, a table of #92's size would not fit there
+        dtype = torch.bfloat16 if torch.get_default_device().type == "cuda" else torch.float32
+        self.register_buffer("table", torch.zeros(rows + 1, dim, dtype=dtype), persistent=False)  # no copy in states
+        self.cache = nn.Parameter(torch.zeros(capacity, dim, dtype=dtype))
+        signs = torch.randn(NGRAM_SIGN_ROWS, dim, generator=torch.Generator().manual_seed(NGRAM_SIGN_ROWS),
+                            device="cpu")  # the same on every rank and device
+        # bf16 holds +-1 exactly, and the product takes the table's dtype
+        self.register_buffer("signs", signs.sign().to(self.table.device), persistent=False)
+        self.fetched = None  # the rows in the cache
+
+    @torch.no_grad()
+    def fetch(self, rows):
+        """Gather `rows` of the table into the cache, unless they are there already (a step's next micro-batch)."""
+        if rows is not self.fetched:
+            torch.index_select(self.table, 0, rows, out=self.cache.data[: len(rows)])
+            self.fetched = rows
+
+    def forward(self, batch):
+        if batch.ngram_rows is not None:
+            self.fetch(batch.ngram_rows)
+        return (RowLookup.apply(self.cache, batch.bigram_slots) * self.signs[batch.bigram_signs]
+                + RowLookup.apply(self.cache, batch.trigram_slots) * self.signs[batch.trigram_signs])
+
+
+class RowLookup(torch.autograd.Function):
+    """rows[slots], whose backward adds the gradient of the rows read straight into rows.grad: autograd's own
+    would first scatter it into a zero tensor of rows' size (the whole cache) in every micro-batch."""
+
+    @staticmethod
+    def forward(ctx, rows, slots):
+        ctx.rows = rows
+        ctx.save_for_backward(slots)
+        return rows[slots]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (slots,) = ctx.saved_tensors
+        if ctx.rows.grad is None:
+            ctx.rows.grad = torch.zeros_like(ctx.rows)
+        ctx.rows.grad.index_add_(0, slots, grad)
+        return None, None
+
+
 class GPT(nn.Module):
     def __init__(self, args: Hyperparameters, fp8):
         super().__init__()
@@ -900,15 +959,11 @@ class GPT(nn.Module):
         self.grad_events = None  # with several ranks, build_model's GradientEvents
         self.smear_gate = CastedLinear(12, 1, zero_init=True)  # how much of the previous token, from e[:12]
         self.smear_lambda = nn.Parameter(torch.zeros(()))  # zero: the smear starts as a no-op
-        self.bigram_embed = nn.Embedding(BIGRAM_ROWS, dim)
-        nn.init.zeros_(self.bigram_embed.weight)
-        signs = torch.randn(BIGRAM_SIGN_ROWS, dim, generator=torch.Generator().manual_seed(BIGRAM_SIGN_ROWS),
-                            device="cpu")  # the same on every rank and device
-        # bf16 holds +-1 exactly, and the product takes the table's dtype
-        self.register_buffer("bigram_signs", signs.sign().bfloat16().to(self.bigram_embed.weight.device),
-                             persistent=False)
+        # a step's tokens read at most two rows each: the cache's room, at the largest batch of one rank
+        capacity = 2 * max(args.batch_tokens, args.val_seq_tokens)
+        self.ngram = NgramTable(args.ngram_rows, dim, capacity)
         # before layer 0; after attention in 1, 2, ... (the entries of layers without attention are unused)
-        self.bigram_weights = nn.Parameter(torch.full((L,), 0.05))
+        self.ngram_weights = nn.Parameter(torch.full((L,), 0.05))
         # value embeddings, one for each layer whose letter is l or s; small at first (0.01, not nn.Embedding's 1):
         # a token's value is not random noise before it is learnt
         self.value_layers = [i for i, letter in enumerate(args.layers) if letter in "ls"]
@@ -940,12 +995,6 @@ class GPT(nn.Module):
         share = self.smear_lambda * torch.sigmoid(self.smear_gate(e[1:, :12]))
         return torch.cat([e[:1], e[1:] + share * e[:-1]])
 
-    def bigram(self, batch):
-        """The bigram hash embedding (the public record's #62, #83): each token's row of the table, times a
-        fixed random sign pattern, so that pairs sharing a row share less of it. The loader hashes the
-        tokens into rows and patterns (hash_bigrams)."""
-        return self.bigram_embed(batch.bigram_rows) * self.bigram_signs[batch.bigram_signs]
-
     def forward(self, batch, windows):
         """Summed cross-entropy of one packed micro-batch (a MicroBatch)."""
         L, inputs = len(self.blocks), batch.inputs
@@ -955,14 +1004,14 @@ class GPT(nn.Module):
         embed = self.head.weight if self.tied else self.embed.weight
         e = F.embedding(inputs, embed).to(self.embed.weight.dtype)  # bf16 activations on GPU
         x0 = rms_norm(self.smear(e))
-        bigram = self.bigram(batch)
-        x = x0 + self.bigram_weights[0] * bigram
+        ngram = self.ngram(batch)
+        x = x0 + self.ngram_weights[0] * ngram
         entering, saved = x, L - SAVED_RESIDUAL_READERS - 1
         outputs = {}  # of the layers read later: the skip's source, the saved residual, the head's sources
         for i, (block, window) in enumerate(zip(self.blocks, self.layer_windows(windows))):
             skip = (outputs[self.skip_from], self.skip_lambda) if i == self.skip_to else None
-            layer_bigram = (bigram, self.bigram_weights[i]) if i > 0 else None
-            x = block(x, x0, value_embeds[i], skip, layer_bigram, batch.seqs, window, outputs.get(saved))
+            layer_ngram = (ngram, self.ngram_weights[i]) if i > 0 else None
+            x = block(x, x0, value_embeds[i], skip, layer_ngram, batch.seqs, window, outputs.get(saved))
             if i in (self.skip_from, saved, *self.dense_layers):
                 outputs[i] = x
         sources = [entering, *(outputs[i] for i in self.dense_layers), value_embeds[self.value_layers[0]]]
@@ -976,7 +1025,7 @@ class GPT(nn.Module):
 
 @dataclass(frozen=True)
 class ParamConfig:
-    optimizer: str  # "normuon" or "adam"
+    optimizer: str  # "normuon", "adam", or "rows" (RowAdam, the n-gram table's)
     lr_mul: float = 1.0  # times matrix_lr or adam_lr
     wd_mul: float = 1.0  # times matrix_wd or adam_wd
     betas: tuple = (0.9, 0.99)  # Adam's
@@ -993,7 +1042,7 @@ PARAMETER_TABLE = (
     ("head.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95))),
     ("embed.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95), late=True)),
     ("value_embeds.*", ParamConfig("adam", lr_mul=75.0, wd_mul=5.0, betas=(0.75, 0.95))),
-    ("bigram_embed.weight", ParamConfig("adam", lr_mul=75.0, wd_mul=5.0, betas=(0.75, 0.95))),
+    ("ngram.cache", ParamConfig("rows", lr_mul=70.0, wd_mul=5.0, betas=(0.0, 0.95))),
     ("smear_gate.weight", ParamConfig("adam", lr_mul=0.01, wd_mul=0.0)),
     ("head.dense.bias", ParamConfig("adam", lr_mul=0.25, wd_mul=0.0)),
     ("head.dense.*", ParamConfig("adam", lr_mul=0.25)),
@@ -1195,6 +1244,76 @@ class Adam(torch.optim.Optimizer):
         self.state[untied] = {k: v.clone() for k, v in self.state[tied].items()}
 
 
+class RowAdam(torch.optim.Optimizer):
+    """The n-gram table's optimizer (record #92's): Adam without momentum (beta1 = 0) and one second moment per
+    row, the mean square of the row's gradient, with Adam's cautious decay. It steps every step, on the rows the
+    step read (NgramTable's cache and the step's ngram_rows), and writes them back into the table.
+
+    A row the step did not read would only have decayed, and its second moment with it: that is replayed when
+    it is next read, from the sum of log(1 - decay) over the steps (log_decay) and the step it was last read
+    (last_step). Cautious decay needs an update to compare with, so these steps' decay is plain.
+
+    With several ranks every rank keeps the whole table: the ranks' rows and gradients are all-gathered, the
+    gradients of a row summed, and every rank makes the same updates.
+
+    Group keys: lr (the scheduled base rate, set every step), lr_mul, wd (adam_wd times wd_mul), betas."""
+
+    def __init__(self, ngram, config, lr, wd, steps, world_size=1, eps=1e-10):
+        super().__init__([ngram.cache], dict(lr=lr, lr_mul=config.lr_mul, wd=wd * config.wd_mul,
+                                             beta2=config.betas[1], eps=eps))
+        assert config.betas[0] == 0, "RowAdam has no momentum"
+        self.ngram, self.table, self.world_size = ngram, ngram.table, world_size
+        self.second_moment = torch.zeros(len(self.table), device=self.table.device)
+        self.last_step = torch.full((len(self.table),), -1, dtype=torch.int32, device=self.table.device)
+        self.log_decay = torch.zeros(steps + 1, dtype=torch.float64, device=self.table.device)  # before each step
+        self.total_log_decay = 0.0
+
+    @torch.no_grad()
+    def step(self, rows, step):
+        """The update of step `step`, whose ngram_rows are `rows` (this rank's)."""
+        group = self.param_groups[0]
+        cache = group["params"][0]
+        grad = cache.grad[: len(rows)]
+        if self.world_size > 1:
+            rows, grad = self.sum_over_ranks(rows, grad)
+        rows = rows.long()
+        lr, beta2 = group["lr"] * group["lr_mul"], group["beta2"]
+        decay = lr * lr * group["wd"]
+        self.log_decay[step].fill_(self.total_log_decay)  # in place already, unless steps were skipped
+        last = self.last_step[rows]
+        weights = self.table[rows].float()
+        weights *= torch.exp(self.log_decay[step] - self.log_decay[last + 1]).float().unsqueeze(1)
+        grad = grad.float()
+        moment = self.second_moment[rows] * beta2 ** (step - last).float() + (1 - beta2) * grad.square().mean(1)
+        update = grad * (lr * (1 - beta2 ** (step + 1)) ** 0.5) / (moment.sqrt() + group["eps"]).unsqueeze(1)
+        weights.mul_(1 - decay * (update * weights > 0)).sub_(update)
+        self.table.index_copy_(0, rows, weights.to(self.table.dtype))
+        self.second_moment.index_copy_(0, rows, moment)
+        self.last_step.index_fill_(0, rows, step)
+        self.total_log_decay += math.log1p(-decay)
+        if step + 1 < len(self.log_decay):
+            self.log_decay[step + 1].fill_(self.total_log_decay)
+        self.ngram.fetched = None  # the cache holds the rows as they were
+
+    def sum_over_ranks(self, rows, grad):
+        """All ranks' rows, each once (and padding rows), and their gradients summed over the ranks. Each rank's
+        share is padded to the cache's size: all_gather takes equal shares."""
+        size, padding = len(self.ngram.cache), len(self.table) - 1
+        rows, grad = F.pad(rows, (0, size - len(rows)), value=padding), F.pad(grad, (0, 0, 0, size - len(grad)))
+        all_rows = rows.new_empty(self.world_size * size)
+        all_grads = grad.new_empty(self.world_size * size, grad.size(1))
+        dist.all_gather_into_tensor(all_rows, rows)
+        dist.all_gather_into_tensor(all_grads, grad.contiguous())
+        all_rows, order = all_rows.sort()
+        first = torch.ones_like(all_rows, dtype=torch.bool)
+        first[1:] = all_rows[1:] != all_rows[:-1]
+        segment = first.cumsum(0) - 1  # each entry's place among the distinct rows
+        summed = torch.zeros(len(all_rows), grad.size(1), device=grad.device).index_add_(0, segment,
+                                                                                        all_grads[order].float())
+        distinct = torch.full_like(all_rows, len(self.table) - 1).scatter_(0, segment, all_rows)
+        return distinct, summed
+
+
 class GradientEvents:
     """Where in the backward pass each parameter's gradient becomes final, so that its reduction over ranks
     can start there instead of after the whole pass (start_reductions).
@@ -1257,17 +1376,26 @@ def start_reductions(optimizers, events=None):
             start()
 
 
+class Optimizers(typing.NamedTuple):
+    adam: Adam
+    normuon: NorMuon
+    rows: RowAdam
+
+
 def make_optimizers(model, args, world_size):
     named = list(model.named_parameters())
     matrices = [(n, p) for n, p in named if param_config(n).optimizer == "normuon"]
     others = [(n, p) for n, p in named if param_config(n).optimizer == "adam"]
-    assert all(p.ndim >= 2 for _, p in matrices) and len(matrices) + len(others) == len(named)
-    adam = Adam(others, lr=args.adam_lr, wd=args.adam_wd, world_size=world_size)
-    normuon = NorMuon(matrices, lr=args.matrix_lr, wd=args.matrix_wd, world_size=world_size)
-    for opt in (adam, normuon):
+    assert all(p.ndim >= 2 for _, p in matrices) and len(matrices) + len(others) + 1 == len(named)
+    optimizers = Optimizers(
+        Adam(others, lr=args.adam_lr, wd=args.adam_wd, world_size=world_size),
+        NorMuon(matrices, lr=args.matrix_lr, wd=args.matrix_wd, world_size=world_size),
+        RowAdam(model.ngram, param_config("ngram.cache"), lr=args.adam_lr, wd=args.adam_wd, steps=total_steps(args),
+                world_size=world_size))
+    for opt in optimizers:
         for group in opt.param_groups:
             group["initial_lr"] = group["lr"]
-    return adam, normuon
+    return optimizers
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1448,10 +1576,10 @@ class SequenceBoundaries:
     max_len: int
 
 
-# what a batch carries to the device: per-token fields (a MicroBatch's), then the sequences' boundaries and the
-# sampled softmax's vocabulary rows
-TOKEN_FIELDS = ("inputs", "targets", "bigram_rows", "bigram_signs")
-HOST_FIELDS = TOKEN_FIELDS + ("cu_seqlens", "candidates")
+# what a batch carries to the device: per-token fields (a MicroBatch's), then the sequences' boundaries, the
+# sampled softmax's vocabulary rows and the step's rows of the n-gram table
+TOKEN_FIELDS = ("inputs", "targets", "bigram_slots", "trigram_slots", "bigram_signs", "trigram_signs")
+HOST_FIELDS = TOKEN_FIELDS + ("cu_seqlens", "candidates", "ngram_rows")
 
 
 class HostBuffers:
@@ -1463,11 +1591,12 @@ class HostBuffers:
 
     def reserve(self, tokens, candidates):
         """Wait until the last copy out of this slot is done, then make room for `tokens` of each per-token field
-        and of cu_seqlens, and for `candidates` rows; numpy views in HOST_FIELDS order."""
+        and of cu_seqlens, for `candidates` rows and for two n-gram rows a token; numpy views in HOST_FIELDS
+        order."""
         if self.copied is not None:
             self.copied.synchronize()
         for name in HOST_FIELDS:
-            size = candidates if name == "candidates" else tokens
+            size = dict(candidates=candidates, ngram_rows=2 * tokens).get(name, tokens)
             if name not in self.tensors or self.tensors[name].numel() < size:
                 self.tensors[name] = torch.empty(size, dtype=torch.int32, pin_memory=self.pin_memory)
         return [self.tensors[name].numpy() for name in HOST_FIELDS]
@@ -1481,24 +1610,39 @@ class HostBatch:
     num_seqs: list  # per micro-batch
     max_lens: list  # per micro-batch
     sampled: list  # per micro-batch: whether its candidates held all its targets (else: the whole vocabulary)
+    ngram_count: int = 0  # the step's distinct n-gram rows (gather_ngram_rows)
 
     def tensors(self):
         """The filled part of the slot, one tensor per name in HOST_FIELDS."""
         n_tokens = self.shape.tokens * self.shape.accum_steps
         filled = {"cu_seqlens": sum(n + 1 for n in self.num_seqs),
-                  "candidates": self.shape.candidates * self.shape.accum_steps}
+                  "candidates": self.shape.candidates * self.shape.accum_steps, "ngram_rows": self.ngram_count}
         return [self.buffers.tensors[name][: filled.get(name, n_tokens)] for name in HOST_FIELDS]
 
 
-def hash_bigrams(inputs, rows, signs):
-    """The bigram hash embedding's indices for one micro-batch of tokens: each token's table row, a hash of
-    it and the token before it, and its sign pattern, another hash of the pair. The micro-batch's first token
-    has no token before it here: it gets the table's last row and pattern 0. The pairs cross document starts,
-    as the public record's do. int32 arithmetic: 36313 * 50303 < 2**31."""
-    previous, current = inputs[:-1], inputs[1:]
-    rows[0], signs[0] = BIGRAM_ROWS - 1, 0
-    np.remainder(np.bitwise_xor(36313 * current, 27191 * previous), BIGRAM_ROWS - 1, out=rows[1:])
-    np.remainder(np.bitwise_xor(previous, current), BIGRAM_SIGN_ROWS, out=signs[1:])
+def hash_ngrams(inputs, table_rows, bigram_rows, trigram_rows, bigram_signs, trigram_signs):
+    """The n-gram table's rows for one micro-batch of tokens (record #92's hashes): each token's bigram row, a
+    hash of it and the token before, in the table's first half, and its trigram row, a hash of it and the two
+    tokens before, in the second half; and a sign pattern for each, other hashes of the same tokens. A token
+    without the tokens before it here (the micro-batch's first, and second for the trigram) gets the half's
+    last row and pattern 0. The n-grams cross document starts, as the public record's do. int64 arithmetic:
+    60961 * 50303 > 2**31."""
+    x = inputs.astype(np.int64)
+    half = table_rows // 2
+    bigram_rows[0], trigram_rows[:2], bigram_signs[0], trigram_signs[:2] = half - 1, table_rows - 1, 0, 0
+    bigram_rows[1:] = (36313 * x[1:] ^ 27191 * x[:-1]) % (half - 1)
+    trigram_rows[2:] = (17351 * x[2:] ^ 60961 * x[1:-1] ^ 45259 * x[:-2]) % (table_rows - half - 1) + half
+    bigram_signs[1:] = (x[1:] ^ x[:-1]) % NGRAM_SIGN_ROWS
+    trigram_signs[2:] = (x[2:] ^ 3 * x[1:-1] ^ 7 * x[:-2]) % NGRAM_SIGN_ROWS
+
+
+def gather_ngram_rows(bigram_rows, trigram_rows, out):
+    """The step's n-gram rows: the distinct rows its tokens read, ascending, into the start of `out`; each
+    token's rows become their places there (its slots), in place. Returns their number."""
+    distinct, slots = np.unique(np.concatenate([bigram_rows, trigram_rows]), return_inverse=True)
+    out[: len(distinct)] = distinct
+    bigram_rows[:], trigram_rows[:] = slots[: len(bigram_rows)], slots[len(bigram_rows):]
+    return len(distinct)
 
 
 def choose_candidates(targets, vocab_size, start, out):
@@ -1519,11 +1663,12 @@ def choose_candidates(targets, vocab_size, start, out):
     return True
 
 
-def _pack_documents(tokens, starts, lengths, max_len, buffers):
+def _pack_documents(tokens, starts, lengths, max_len, table_rows, buffers):
     """Copy one micro-batch of documents (starts, lengths) back to back into inputs/targets, each split into
-    attention sequences of at most max_len tokens; hash its bigrams; write the sequences' boundaries to
-    cu_seqlens; return their number and the longest. buffers: numpy views in HOST_FIELDS order."""
-    inputs, targets, bigram_rows, bigram_signs, cu_seqlens, _ = buffers
+    attention sequences of at most max_len tokens; hash its n-grams into the table's rows (hash_ngrams; the
+    step's gather_ngram_rows turns them into slots); write the sequences' boundaries to cu_seqlens; return
+    their number and the longest. buffers: numpy views in HOST_FIELDS order."""
+    inputs, targets, *ngrams, cu_seqlens, _, _ = buffers
     pieces = -(-lengths // max_len)
     first = np.repeat(np.cumsum(pieces) - pieces, pieces)  # index of each piece's first sibling
     offset = (np.arange(pieces.sum()) - first) * max_len  # where each piece starts inside its document
@@ -1533,7 +1678,7 @@ def _pack_documents(tokens, starts, lengths, max_len, buffers):
     index = np.arange(bounds[-1]) + np.repeat(np.repeat(starts, pieces) + offset - bounds[:-1], piece_lengths)
     inputs[: bounds[-1]] = tokens[index]
     targets[: bounds[-1]] = tokens[index + 1]
-    hash_bigrams(inputs[: bounds[-1]], bigram_rows[: bounds[-1]], bigram_signs[: bounds[-1]])
+    hash_ngrams(inputs[: bounds[-1]], table_rows, *(field[: bounds[-1]] for field in ngrams))
     return len(piece_lengths), int(piece_lengths.max())
 
 
@@ -1547,10 +1692,11 @@ class TrainSource:
     so every world size trains on the same tokens. A cursor is (shard number, document number).
     """
 
-    def __init__(self, pattern, rank, world_size, repeat, pin_memory=False, vocab_size=Hyperparameters.vocab_size):
+    def __init__(self, pattern, rank, world_size, repeat, pin_memory=False, vocab_size=Hyperparameters.vocab_size,
+                 ngram_rows=Hyperparameters.ngram_rows):
         self.pattern, self.paths = pattern, shard_paths(pattern)
         self.rank, self.world_size, self.repeat = rank, world_size, repeat
-        self.vocab_size = vocab_size
+        self.vocab_size, self.ngram_rows = vocab_size, ngram_rows
         self.shards = ShardCache(self.paths, pin_memory, wrap=repeat)
         self.start = (0, 0)
 
@@ -1578,22 +1724,24 @@ class TrainSource:
     def build(self, cursor, shape, buffers):
         """The batch at `cursor`, built into `buffers`: a HostBatch, and the cursor after it."""
         host = HostBatch(shape, cursor, buffers, [], [], [])
-        *per_token, cu_seqlens, candidates = buffers.reserve(shape.accum_steps * (shape.tokens + 1),
-                                                             shape.accum_steps * shape.candidates)
+        *per_token, cu_seqlens, candidates, ngram_rows = buffers.reserve(shape.accum_steps * (shape.tokens + 1),
+                                                                         shape.accum_steps * shape.candidates)
         for a in range(shape.accum_steps):
             for r in range(self.world_size):
                 shard, doc = cursor
                 (tokens, starts, lengths), cursor = self._micro_batch(cursor, shape)
                 if r == self.rank:
                     t, c = a * shape.tokens, sum(n + 1 for n in host.num_seqs)
-                    at = [b[t:] for b in per_token] + [cu_seqlens[c:], None]
-                    n, max_len = _pack_documents(tokens, starts, lengths, shape.max_seq_len, at)
+                    at = [b[t:] for b in per_token] + [cu_seqlens[c:], None, None]
+                    n, max_len = _pack_documents(tokens, starts, lengths, shape.max_seq_len, self.ngram_rows, at)
                     host.num_seqs.append(n)
                     host.max_lens.append(max_len)
                     rows = candidates[a * shape.candidates: (a + 1) * shape.candidates]
                     start = (shard * 1_000_003 + doc) * 2_654_435_761 % self.vocab_size  # any spread of starts
                     host.sampled.append(len(rows) > 0 and choose_candidates(per_token[1][t: t + shape.tokens],
                                                                             self.vocab_size, start, rows))
+        n_tokens = shape.accum_steps * shape.tokens
+        host.ngram_count = gather_ngram_rows(per_token[2][:n_tokens], per_token[3][:n_tokens], ngram_rows)
         return host, cursor
 
 
@@ -1602,7 +1750,7 @@ class ValSource:
     the world size: rank r takes chunks r, r + world_size, ... and wraps around, so that the batch
     prefetched after one validation is the first of the next. Sequences split at document starts."""
 
-    def __init__(self, pattern, val_tokens, chunk, rank, world_size):
+    def __init__(self, pattern, val_tokens, chunk, rank, world_size, ngram_rows=Hyperparameters.ngram_rows):
         if val_tokens % chunk:
             raise UserError(f"--val_tokens: {val_tokens} is not a multiple of --val_seq_tokens {chunk}")
         self.tokens = np.empty(val_tokens + 1, dtype=np.uint16)
@@ -1617,7 +1765,7 @@ class ValSource:
             raise UserError(f"{pattern}: validation needs {val_tokens + 1} tokens (--val_tokens + 1) and these "
                             f"shards hold {filled}; lower --val_tokens or add shards")
         self.chunk, self.num_chunks = chunk, val_tokens // chunk
-        self.world_size, self.start = world_size, rank
+        self.world_size, self.start, self.ngram_rows = world_size, rank, ngram_rows
 
     def batches_for_rank(self, rank):
         return len(range(rank, self.num_chunks, self.world_size))
@@ -1629,9 +1777,10 @@ class ValSource:
         window = self.tokens[begin: begin + self.chunk + 1]
         starts = np.union1d([0], np.flatnonzero(window[:-1] == BOS))
         lengths = np.diff(np.append(starts, self.chunk))
-        num_seqs, max_len = _pack_documents(window, starts, lengths, self.chunk, views)
+        num_seqs, max_len = _pack_documents(window, starts, lengths, self.chunk, self.ngram_rows, views)
+        count = gather_ngram_rows(views[2][: self.chunk], views[3][: self.chunk], views[-1])
         next_cursor = cursor + self.world_size
-        host = HostBatch(shape, cursor, buffers, [num_seqs], [max_len], [False])
+        host = HostBatch(shape, cursor, buffers, [num_seqs], [max_len], [False], count)
         return host, next_cursor if next_cursor < self.num_chunks else next_cursor % self.world_size
 
 
@@ -1647,21 +1796,25 @@ def synchronous_batches(source, shapes):
 class MicroBatch:
     inputs: torch.Tensor  # int32 (tokens,)
     targets: torch.Tensor  # int32 (tokens,)
-    bigram_rows: torch.Tensor  # int32 (tokens,): each token's row of the bigram table (hash_bigrams)
+    bigram_slots: torch.Tensor  # int32 (tokens,): each token's bigram row, as its place in ngram_rows
+    trigram_slots: torch.Tensor  # int32 (tokens,): likewise its trigram row
     bigram_signs: torch.Tensor  # int32 (tokens,): each token's bigram sign pattern
+    trigram_signs: torch.Tensor  # int32 (tokens,): and its trigram's
     seqs: SequenceBoundaries
     candidates: Optional[torch.Tensor] = None  # int32 (rows,): the sampled softmax's rows; None: the whole vocabulary
+    ngram_rows: Optional[torch.Tensor] = None  # int32: the step's distinct rows of the n-gram table, shared by its
+    # micro-batches (gather_ngram_rows); None: already in the table's cache (a CUDA graph's replay)
 
 
 def _micro_batches(host, tensors):
     """The micro-batches of a HostBatch, from its tensors (host.tensors(), or their copies on the device)."""
-    *per_token, cu_seqlens, candidates = tensors
+    *per_token, cu_seqlens, candidates, ngram_rows = tensors
     shape, batches, c = host.shape, [], 0
     for a, (n, max_len, sampled) in enumerate(zip(host.num_seqs, host.max_lens, host.sampled)):
         t = slice(a * shape.tokens, (a + 1) * shape.tokens)
         seqs = SequenceBoundaries(cu_seqlens[c: c + n + 1], max_len)
         rows = candidates[a * shape.candidates: (a + 1) * shape.candidates] if sampled else None
-        batches.append(MicroBatch(*(field[t] for field in per_token), seqs, rows))
+        batches.append(MicroBatch(*(field[t] for field in per_token), seqs, rows, ngram_rows))
         c += n + 1
     return batches
 
@@ -1899,7 +2052,7 @@ def build_model(args, device, world_size):
     with device:  # initialised where it lives: on the CPU, its 0.57G parameters took 12 s of start-up
         model = GPT(args, fp8=cuda and torch.cuda.get_device_capability(device) >= (9, 0))
     if cuda:
-        for embedding in (model.embed, *model.value_embeds, model.bigram_embed):
+        for embedding in (model.embed, *model.value_embeds, model.ngram):
             embedding.bfloat16()  # activations follow the embeddings' dtype: bf16 throughout
         compile_regions(model)
         model.graphs = MicroStepGraphs(model)
@@ -1942,6 +2095,7 @@ class MicroStepGraphs:
         if n > tokens // GRAPH_TOKENS_PER_SEQ or (key not in self.graphs and key not in self.seen):
             self.seen.add(key)
             return forward_backward(self.model, micro, windows)
+        self.model.ngram.fetch(micro.ngram_rows)  # outside the graph: the step's rows vary in number
         if key not in self.graphs:
             self.graphs[key] = self.capture(micro, windows)
         graph, static, loss = self.graphs[key]
@@ -1984,9 +2138,10 @@ def stretch_and_windows(model, step, args):
     return attention_windows(step, args)
 
 
-def train_step(model, micro_batches, adam, normuon, step, args, world_size):
+def train_step(model, micro_batches, optimizers, step, args, world_size):
     """One optimizer step over a step's micro-batches; returns the mean loss per token (a device scalar).
     Adam steps on odd steps only, on the gradients of two steps."""
+    adam, normuon, rows = optimizers
     if step > untie_step(args) and adam.late is not None:  # the first untied step (benchmarks skip steps)
         adam.untie(model.head.weight)  # the embedding, Adam's late parameter, starts as the head's copy
     windows = set_step_state(model, step, args)
@@ -1995,7 +2150,7 @@ def train_step(model, micro_batches, adam, normuon, step, args, world_size):
     loss = torch.zeros((), device=micro_batches[0].inputs.device)
     for micro in micro_batches:
         loss += forward_backward(model, micro, windows) if model.graphs is None else model.graphs(micro, windows)
-    for opt in (adam, normuon):
+    for opt in optimizers:
         for group in opt.param_groups:
             group["lr"] = group["initial_lr"] * lr_factor(step, args)
     for group in normuon.param_groups:
@@ -2007,6 +2162,8 @@ def train_step(model, micro_batches, adam, normuon, step, args, world_size):
         reductions.append(dist.all_reduce(loss, async_op=True))
     normuon.step()
     normuon.zero_grad(set_to_none=False)  # in place: the graphs hold the gradients' addresses
+    rows.step(micro_batches[0].ngram_rows, step)
+    rows.zero_grad(set_to_none=False)
     for work in reductions:
         work.wait()
     if adam_step:
@@ -2076,16 +2233,19 @@ def precompile(args, device, shapes, val_shape, stages):
     process was started."""
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    args = dataclasses.replace(args, ngram_rows=NGRAM_SIGN_ROWS)  # the table enters no compiled region: a small
+    # one spares the GPU's memory, which the training process needs
     model = build_model(args, device, world_size=1)
     model.graphs = None
     for stage in stages:
         if stage is None:
-            source = ValSource(args.val_files, args.val_seq_tokens, args.val_seq_tokens, 0, 1)
+            source = ValSource(args.val_files, args.val_seq_tokens, args.val_seq_tokens, 0, 1, args.ngram_rows)
             (micro,) = PrefetchLoader(source, device).send(val_shape)
             with torch.no_grad():
                 model(micro, stretch_and_windows(model, 0, args))
             continue
-        source = TrainSource(args.train_files, 0, 1, args.repeat_train_files, vocab_size=args.vocab_size)
+        source = TrainSource(args.train_files, 0, 1, args.repeat_train_files, vocab_size=args.vocab_size,
+                             ngram_rows=args.ngram_rows)
         loader = PrefetchLoader(source, device)
         for step in warm_up_steps(args, shapes)[stage]:  # a short stage's warm-up spills into the next stage
             micro = loader.send(shapes[stage_index(step, args)])[0]
@@ -2160,8 +2320,8 @@ def train(args, rank, world_size, device, log, startup):
 
     clock = time.perf_counter()  # the data first: a bad shard stops the run before any helper process starts
     train_source = TrainSource(args.train_files, rank, world_size, args.repeat_train_files, pin_memory=cuda,
-                               vocab_size=args.vocab_size)
-    val_source = ValSource(args.val_files, args.val_tokens, args.val_seq_tokens, rank, world_size)
+                               vocab_size=args.vocab_size, ngram_rows=args.ngram_rows)
+    val_source = ValSource(args.val_files, args.val_tokens, args.val_seq_tokens, rank, world_size, args.ngram_rows)
     train_loader, val_loader = PrefetchLoader(train_source, device), PrefetchLoader(val_source, device)
     startup["data"] = time.perf_counter() - clock
     clock = time.perf_counter()
@@ -2193,13 +2353,13 @@ def train(args, rank, world_size, device, log, startup):
     # Compile and warm up on real batches of every batch shape of the run (the first steps of each stage
     # with a new shape), untimed; then undo its effects.
     initial_state = {k: v.clone() for k, v in model.state_dict().items()}
-    adam, normuon = make_optimizers(model, args, world_size)
+    optimizers = make_optimizers(model, args, world_size)
     for i, steps in warm_up_steps(args, shapes).items():
         clock = time.perf_counter()
         if precompiler is not None:
             precompiler.wait(i, world_size)
         for step in steps:
-            train_step(model, step_batch(step), adam, normuon, step, args, world_size).item()
+            train_step(model, step_batch(step), optimizers, step, args, world_size).item()
         startup[f"warm-up stage {i}"] = time.perf_counter() - clock
     if args.warmup_steps:
         clock = time.perf_counter()
@@ -2212,7 +2372,8 @@ def train(args, rank, world_size, device, log, startup):
         model.load_state_dict(initial_state)
         model.zero_grad(set_to_none=False)  # Adam keeps its gradients over even steps: the warm-up may end on one
         model.tied = True  # the warm-up may have passed the untie step
-        adam, normuon = make_optimizers(model, args, world_size)
+        model.ngram.table.zero_()  # no state_dict's: see NgramTable
+        optimizers = make_optimizers(model, args, world_size)
         train_loader.restart(train_source.start)
         val_loader.restart(val_source.start)
     startup["total"] = time.perf_counter() - PROCESS_START
@@ -2256,7 +2417,7 @@ def train(args, rank, world_size, device, log, startup):
                 clock = time.perf_counter()
             if step == N:
                 break
-            loss = DeferredLoss(train_step(model, step_batch(step), adam, normuon, step, args, world_size))
+            loss = DeferredLoss(train_step(model, step_batch(step), optimizers, step, args, world_size))
             if in_flight is not None:
                 finish_step()
             in_flight = (step + 1, loss)

@@ -65,12 +65,12 @@ def stage_steps(args, stage):
     return list(range(starts[stage], min(starts[stage] + 2, end)))
 
 
-def run_steps(model, loader, shape, step_numbers, args, count, adam, normuon):
+def run_steps(model, loader, shape, step_numbers, args, count, optimizers):
     """Queue `count` training steps, the step numbers in turn, each step's loss read once the next one is
     queued; the times (perf_counter) at which each loss had been read."""
     reads, in_flight = [], None
     for k in range(count):
-        loss = tg.DeferredLoss(tg.train_step(model, loader.send(shape), adam, normuon,
+        loss = tg.DeferredLoss(tg.train_step(model, loader.send(shape), optimizers,
                                           step_numbers[k % len(step_numbers)], args, 1))
         if in_flight is not None:
             in_flight.read()
@@ -90,8 +90,8 @@ def pair_step_time(reads, warmup):
 
 def time_steps(model, loader, shape, step_numbers, args, steps, warmup=3):
     """The step time (s): `warmup` untimed steps, then `steps` timed ones (even: as many Adam steps as not)."""
-    adam, normuon = tg.make_optimizers(model, args, 1)
-    return pair_step_time(run_steps(model, loader, shape, step_numbers, args, warmup + steps + 1, adam, normuon),
+    optimizers = tg.make_optimizers(model, args, 1)
+    return pair_step_time(run_steps(model, loader, shape, step_numbers, args, warmup + steps + 1, optimizers),
                           warmup)
 
 
@@ -117,7 +117,8 @@ def main():
     shape = tg.train_shape(args, 1, tg.TRAINING_STAGES[own.stage])
     step_numbers = stage_steps(args, own.stage)
     model = tg.build_model(args, device, 1)
-    source = lambda: tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True)  # noqa: E731
+    source = lambda: tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True,
+                                    ngram_rows=args.ngram_rows)  # noqa: E731
     prefetch = tg.PrefetchLoader(source(), device)
     loaders = {"resident": ResidentLoader(prefetch.send(shape)), "prefetch": prefetch,
                "synchronous": SynchronousLoader(source(), device)}
@@ -126,9 +127,9 @@ def main():
     results["prefetch (again)"] = time_steps(model, prefetch, shape, step_numbers, args, steps)  # run-to-run spread
 
     Path("traces").mkdir(exist_ok=True)
-    adam, normuon = tg.make_optimizers(model, args, 1)
+    optimizers = tg.make_optimizers(model, args, 1)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        run_steps(model, prefetch, shape, step_numbers, args, 4, adam, normuon)
+        run_steps(model, prefetch, shape, step_numbers, args, 4, optimizers)
     prof.export_chrome_trace("traces/prefetch.json")
     overlapping, copies = copies_overlapping_kernels("traces/prefetch.json")
 

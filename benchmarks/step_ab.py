@@ -65,9 +65,10 @@ def measure_stages(tg, steps, flags):
     args = tg.parse_args(flags)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = tg.build_model(args, device, 1)
-    source = tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=device.type == "cuda")
+    source = tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=device.type == "cuda",
+                            ngram_rows=args.ngram_rows)
     loader = tg.PrefetchLoader(source, device)
-    adam, normuon = tg.make_optimizers(model, args, 1)
+    optimizers = tg.make_optimizers(model, args, 1)
     result, windows = {}, {}
     starts = tg.stage_starts(args)
     counts = {str(i): end - start for i, (start, end) in enumerate(zip(starts, starts[1:] + [tg.total_steps(args)]))}
@@ -77,7 +78,7 @@ def measure_stages(tg, steps, flags):
         for k in range(len(step_numbers) * (WARMUP_STEPS + steps)):  # the stage's steps in turn
             step = step_numbers[k % len(step_numbers)]
             clock = time.perf_counter()
-            tg.train_step(model, batch, adam, normuon, step, args, 1).item()
+            tg.train_step(model, batch, optimizers, step, args, 1).item()
             times[step].append(1000 * (time.perf_counter() - clock))
         # the median of each step, without its warm-up, averaged over the even and the odd one
         result[str(i)] = statistics.mean(statistics.median(t[WARMUP_STEPS:]) for t in times.values())

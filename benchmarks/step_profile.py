@@ -64,14 +64,14 @@ def exposed_time(communication, compute):
     return total
 
 
-def run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, repeats):
+def run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, repeats):
     """The steps step_numbers in turn, `repeats` times each; returns each one's times (ms) and the host's
     time to queue it (ms, until train_step returns, before the loss is read)."""
     times, queued = {step: [] for step in step_numbers}, {step: [] for step in step_numbers}
     for _ in range(repeats):
         for step in step_numbers:
             clock = time.perf_counter()
-            loss = tg.train_step(model, loader.send(shape), adam, normuon, step, args, world_size)
+            loss = tg.train_step(model, loader.send(shape), optimizers, step, args, world_size)
             queued[step].append(1000 * (time.perf_counter() - clock))
             loss.item()
             times[step].append(1000 * (time.perf_counter() - clock))
@@ -82,13 +82,13 @@ def mean_of_medians(times):
     return statistics.mean(statistics.median(t) for t in times.values())
 
 
-def profile_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, steps, device):
+def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_size, steps, device):
     """Step time (ms: the mean of each step's median), kernel time by kind (ms per step), exposed
     communication (ms per step), the GPU's busy time (ms per step) and the "other" kernels' time by name
     (ms per step, and launches per step)."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
-        times, _ = run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, steps)
+        times, _ = run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, steps)
     # the optimizers' record_function ranges come back as GPU events too ("Optimizer.step#Adam.step"): they
     # span kernels counted on their own, so they are left out
     events = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not e.is_user_annotation]
@@ -118,15 +118,16 @@ def main():
     rank, world_size, device = tg.init_process()
     cuda = device.type == "cuda"
     model = tg.build_model(args, device, world_size)
-    source = tg.TrainSource(args.train_files, rank, world_size, repeat=True, pin_memory=cuda)
+    source = tg.TrainSource(args.train_files, rank, world_size, repeat=True, pin_memory=cuda,
+                            ngram_rows=args.ngram_rows)
     loader = tg.PrefetchLoader(source, device)
-    adam, normuon = tg.make_optimizers(model, args, world_size)
+    optimizers = tg.make_optimizers(model, args, world_size)
 
     rows = []
     for i, step_numbers in stage_steps(tg, args):
         shape = tg.train_shape(args, world_size, tg.TRAINING_STAGES[i])
-        _, queued = run_steps(model, loader, shape, adam, normuon, step_numbers, args, world_size, own.warmup)
-        median, by_kind, exposed, busy, others, prof = profile_steps(model, loader, shape, adam, normuon,
+        _, queued = run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.warmup)
+        median, by_kind, exposed, busy, others, prof = profile_steps(model, loader, shape, optimizers,
                                                                      step_numbers, args, world_size, own.steps,
                                                                      device)
         shares = [exposed / median]

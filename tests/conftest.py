@@ -57,9 +57,10 @@ def randomise_zero_initialised(model, seed=0):
     values so that a comparison of gradients means something."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for p in model.parameters():
+        for p in [*model.parameters(), model.ngram.table]:  # the n-gram table starts at zero, and is no parameter
             if not p.any():
                 p.copy_(0.02 * torch.randn(p.shape, generator=generator))
+    model.ngram.fetched = None
 
 
 @pytest.fixture
@@ -81,11 +82,15 @@ def workdir(tmp_path, monkeypatch):
 
 
 def micro_batch(inputs, targets, seqs):
-    """A MicroBatch of the given tokens, their bigrams hashed as the loader hashes them."""
+    """A MicroBatch of the given tokens, their n-grams hashed as the loader hashes them into the smoke model's
+    table (SMOKE_SETTINGS' ngram_rows)."""
     import train_gpt as tg
-    rows, signs = np.empty(len(inputs), np.int32), np.empty(len(inputs), np.int32)
-    tg.hash_bigrams(inputs.numpy(), rows, signs)
-    return tg.MicroBatch(inputs, targets, torch.from_numpy(rows), torch.from_numpy(signs), seqs)
+    fields = [np.empty(len(inputs), np.int32) for _ in range(4)]
+    tg.hash_ngrams(inputs.numpy(), tg.SMOKE_SETTINGS["ngram_rows"], *fields)
+    rows = np.empty(2 * len(inputs), np.int32)
+    count = tg.gather_ngram_rows(fields[0], fields[1], rows)
+    return tg.MicroBatch(inputs, targets, *(torch.from_numpy(f) for f in fields), seqs,
+                         ngram_rows=torch.from_numpy(rows[:count]))
 
 
 def read_log(path):
@@ -104,9 +109,9 @@ def check_nan_stops_the_run(monkeypatch, flags):
     import train_gpt as tg
     train_step, queued = tg.train_step, []
 
-    def poisoned(model, micro_batches, adam, normuon, step, args, world_size):
+    def poisoned(model, micro_batches, optimizers, step, args, world_size):
         queued.append(step)
-        loss = train_step(model, micro_batches, adam, normuon, step, args, world_size)
+        loss = train_step(model, micro_batches, optimizers, step, args, world_size)
         return loss * float("nan") if step == 2 else loss
     monkeypatch.setattr(tg, "train_step", poisoned)
     assert tg.main(flags + ["--scheduled_steps", "6", "--extension_steps", "0"]) == 1

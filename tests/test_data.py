@@ -135,30 +135,24 @@ def global_stream(steps, world_size):
     return stream
 
 
-def expected_bigrams(inputs):
-    """The bigram hash of issue 14, in Python integers: row ((36313 x_t) XOR (27191 x_t-1)) mod 377,279 and
-    sign pattern (x_t-1 XOR x_t) mod 8192; the micro-batch's first token row 377,279 and pattern 0."""
-    x = [int(t) for t in inputs]
-    rows = [377_279] + [((36313 * b) ^ (27191 * a)) % 377_279 for a, b in zip(x, x[1:])]
-    return np.array(rows), np.array([0] + [(a ^ b) % 8192 for a, b in zip(x, x[1:])])
+def expected_ngrams(inputs):
+    """The n-gram rows and sign patterns of a micro-batch's tokens, in a table of the default size
+    (tests/test_ngram.py checks the formula)."""
+    from test_ngram import expected_ngrams as formula
+    return formula(inputs, tg.Hyperparameters.ngram_rows)
 
 
-def test_hash_bigrams_against_the_formula_up_to_the_largest_token_ids():
-    """int32 arithmetic in the loader: the products reach 36313 * 50303 = 1.83e9, under 2**31."""
-    inputs = np.array([50256, 15496, 995, 50255, 0, 995, 15496, 50303, 50303, 50302], dtype=np.int32)
-    rows, signs = np.empty_like(inputs), np.empty_like(inputs)
-    tg.hash_bigrams(inputs, rows, signs)
-    expected_rows, expected_signs = expected_bigrams(inputs)
-    assert np.array_equal(rows, expected_rows) and np.array_equal(signs, expected_signs)
-    assert rows.min() >= 0 and rows.max() < tg.BIGRAM_ROWS and signs.min() >= 0 and signs.max() < tg.BIGRAM_SIGN_ROWS
-    assert tg.BIGRAM_ROWS == 377_280 and tg.BIGRAM_SIGN_ROWS == 8192
+def token_ngrams(m):
+    """A micro-batch's n-gram rows (read back through its step's rows) and sign patterns."""
+    rows = m.ngram_rows.numpy()
+    return [rows[m.bigram_slots.numpy()], rows[m.trigram_slots.numpy()], m.bigram_signs.numpy(),
+            m.trigram_signs.numpy()]
 
 
 def same_batch(got, expected):
     inputs, targets, cu = expected
-    rows, signs = expected_bigrams(inputs)
     return (np.array_equal(got.inputs.numpy(), inputs) and np.array_equal(got.targets.numpy(), targets)
-            and np.array_equal(got.bigram_rows.numpy(), rows) and np.array_equal(got.bigram_signs.numpy(), signs)
+            and all(np.array_equal(a, b) for a, b in zip(token_ngrams(got), expected_ngrams(inputs)))
             and np.array_equal(got.seqs.cu_seqlens.numpy(), cu) and got.seqs.max_len == np.diff(cu).max())
 
 
@@ -279,9 +273,8 @@ def test_micro_batches_carry_candidates_that_hold_their_targets_on_any_world_siz
 
 
 def as_arrays(batches):
-    fields = ("inputs", "targets", "bigram_rows", "bigram_signs")
     none = np.array([-1])  # no candidates: the whole vocabulary
-    return [([getattr(m, f).numpy() for f in fields] + [m.seqs.cu_seqlens.numpy()]
+    return [([getattr(m, f).numpy() for f in tg.TOKEN_FIELDS] + [m.ngram_rows.numpy(), m.seqs.cu_seqlens.numpy()]
              + [none if m.candidates is None else m.candidates.numpy()], m.seqs.max_len) for m in batches]
 
 
@@ -422,8 +415,8 @@ def test_validation_reads_the_first_val_tokens_for_any_world_size(val_corpus, wo
     for m in first:
         starts = np.union1d([0], np.flatnonzero(m.inputs.numpy() == BOS))  # sequences start at documents
         assert np.array_equal(m.seqs.cu_seqlens.numpy(), np.append(starts, CHUNK))
-        rows, signs = expected_bigrams(m.inputs)  # each chunk's first token is hashed as having none before it
-        assert np.array_equal(m.bigram_rows.numpy(), rows) and np.array_equal(m.bigram_signs.numpy(), signs)
+        # each chunk's first tokens are hashed as having none before them
+        assert all(np.array_equal(a, b) for a, b in zip(token_ngrams(m), expected_ngrams(m.inputs.numpy())))
     for a, b in zip(first, second):  # the next validation reads the same chunks again
         assert torch.equal(a.inputs, b.inputs) and torch.equal(a.seqs.cu_seqlens, b.seqs.cu_seqlens)
 

@@ -169,7 +169,7 @@ def test_compiled_model_equals_eager_model():
     for m in (compiled, exact):
         m.load_state_dict(model.state_dict())
     tg.compile_regions(compiled)
-    loader = tg.PrefetchLoader(tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True), device)
+    loader = tg.PrefetchLoader(tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True, ngram_rows=args.ngram_rows), device)
     for windows in ((128, 384), (384, 896)):
         (micro,) = loader.send(tg.BatchShape(1024, 512, 1))
         losses = [m(micro, windows) for m in (compiled, exact, model)]
@@ -223,7 +223,7 @@ def test_graphed_micro_steps_equal_uncaptured_ones():
     for model in (plain, plain_again):
         model.graphs = None
         model.load_state_dict(graphed.state_dict())
-    loader = tg.PrefetchLoader(tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True), device)
+    loader = tg.PrefetchLoader(tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True, ngram_rows=args.ngram_rows), device)
     steps = [tg.untie_step(args) - 1 + i for i in range(4)]  # two tied steps, then two untied
     batches = [[tg.MicroBatch(*(getattr(m, name).clone() for name in tg.TOKEN_FIELDS),
                               tg.SequenceBoundaries(m.seqs.cu_seqlens.clone(), m.seqs.max_len))
@@ -231,8 +231,8 @@ def test_graphed_micro_steps_equal_uncaptured_ones():
     start = {n: p.detach().float().clone() for n, p in plain.named_parameters()}
     losses, weights = [], []
     for model in (graphed, plain, plain_again):
-        adam, normuon = tg.make_optimizers(model, args, 1)
-        losses.append([tg.train_step(model, batch, adam, normuon, step, args, 1).item()
+        optimizers = tg.make_optimizers(model, args, 1)
+        losses.append([tg.train_step(model, batch, optimizers, step, args, 1).item()
                        for step, batch in zip(steps, batches)])
         weights.append({n: p.detach().float() for n, p in model.named_parameters()})
     assert len(graphed.graphs.graphs) == 2  # tied and untied
@@ -274,7 +274,7 @@ def test_work_after_gradient_events_sees_each_replay_s_final_gradients_before_it
     model = tg.build_model(args, device, 1)
     randomise_zero_initialised(model)  # a zero projection would leave the fc gradient zero
     events = tg.GradientEvents(model)
-    loader = tg.PrefetchLoader(tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True), device)
+    loader = tg.PrefetchLoader(tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True, ngram_rows=args.ngram_rows), device)
     windows = tg.set_step_state(model, 0, args)
     last = [model.blocks[-1].mlp.fc.weight, model.blocks[-1].mlp.proj.weight]
     for call in range(4):  # uncaptured, captured, replayed twice

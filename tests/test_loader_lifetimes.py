@@ -252,7 +252,8 @@ def test_every_tensor_send_returns_was_waited_for_and_recorded_on_the_compute_st
                 assert storage(tensor) in recorded, f"{where}: not record_stream'ed on the compute stream"
 
     steps = run_loader(pattern, gpu, check_step)
-    assert names_seen == {"inputs", "targets", "bigram_rows", "bigram_signs", "seqs.cu_seqlens", "candidates"}
+    assert names_seen == {"inputs", "targets", "bigram_slots", "trigram_slots", "bigram_signs", "trigram_signs",
+                          "seqs.cu_seqlens", "candidates", "ngram_rows"}
     with_candidates = [micro.candidates is not None for step in steps for micro in step]
     assert any(with_candidates) and not all(with_candidates)
 

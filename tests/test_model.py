@@ -376,8 +376,8 @@ def run_reductions(rank, world_size, num_shares):
     model.tied = False
     randomise_zero_initialised(model)
     events = model.grad_events or tg.GradientEvents(model)
-    adam, normuon = tg.make_optimizers(model, args, world_size)
-    source = tg.TrainSource(args.train_files, rank, world_size, repeat=True)
+    adam, normuon, row_adam = optimizers = tg.make_optimizers(model, args, world_size)
+    source = tg.TrainSource(args.train_files, rank, world_size, repeat=True, ngram_rows=args.ngram_rows)
     for micro in next(tg.synchronous_batches(source, [tg.BatchShape(768, 512, num_shares // world_size)])):
         tg.forward_backward(model, micro, (128, 256))
     tg.start_reductions([normuon, adam], events)
@@ -430,12 +430,14 @@ def run_train_steps(rank, world_size, num_shares):
     `rank` of world_size: each rank trains on its micro-batches of every step; one process takes them all."""
     args = tg.parse_args(TRAIN_STEPS)
     model = tg.build_model(args, torch.device("cpu"), world_size)
-    adam, normuon = tg.make_optimizers(model, args, world_size)
-    source = tg.TrainSource(args.train_files, rank, world_size, repeat=True)
+    adam, normuon, row_adam = optimizers = tg.make_optimizers(model, args, world_size)
+    source = tg.TrainSource(args.train_files, rank, world_size, repeat=True, ngram_rows=args.ngram_rows)
     shapes = [tg.train_shape(args, world_size, tg.TRAINING_STAGES[tg.stage_index(s, args)]) for s in range(6)]
-    losses = [tg.train_step(model, batch, adam, normuon, step, args, world_size).item()
+    losses = [tg.train_step(model, batch, optimizers, step, args, world_size).item()
               for step, batch in enumerate(tg.synchronous_batches(source, shapes))]
-    return losses, {name: p.detach() for name, p in model.named_parameters()}
+    # the n-gram table's cache holds each rank's own rows: the table itself must agree
+    weights = {name: p.detach() for name, p in model.named_parameters() if name != "ngram.cache"}
+    return losses, {**weights, "ngram.table": model.ngram.table}
 
 
 def test_two_ranks_train_as_one_process_does_within_rounding(gloo_runs):
@@ -468,7 +470,7 @@ def test_reductions_start_in_the_order_the_backward_pass_finishes_gradients():
     adam = tg.Adam([(n, p) for n, p in model.named_parameters() if tg.param_config(n).optimizer == "adam"],
                    lr=0.01, wd=0.0)
     adam.untie(model.head.weight)  # the embedding joins Adam's groups
-    (micro,) = next(tg.synchronous_batches(tg.TrainSource(args.train_files, 0, 1, repeat=True),
+    (micro,) = next(tg.synchronous_batches(tg.TrainSource(args.train_files, 0, 1, repeat=True, ngram_rows=args.ngram_rows),
                                            [tg.BatchShape(768, 512, 1)]))
     tg.forward_backward(model, micro, (128, 256))
     started = []
@@ -486,7 +488,7 @@ def test_reductions_start_in_the_order_the_backward_pass_finishes_gradients():
     order = [{names[p] for p in params} for params in started]
     assert len(order) == len(normuon.parts) + sum(p.grad is not None for g in adam.param_groups for p in g["params"])
     assert len(normuon.parts) == 2 * len(normuon.param_groups)
-    assert sorted(n for names_ in order for n in names_) == sorted(names.values())
+    assert sorted(n for names_ in order for n in names_) == sorted(set(names.values()) - {"ngram.cache"})  # RowAdam's
 
     def index(name):
         return next(i for i, names_ in enumerate(order) if name in names_)
@@ -541,11 +543,12 @@ def test_adam_against_float64_formula_and_untie_hand_over():
 
 def test_every_parameter_has_one_table_row_and_matrices_go_to_normuon():
     model = tg.GPT(SMOKE, fp8=False)
-    adam, normuon = tg.make_optimizers(model, SMOKE, 1)
+    adam, normuon, row_adam = optimizers = tg.make_optimizers(model, SMOKE, 1)
     in_adam = {p for g in adam.param_groups for p in g["params"]} | {adam.late}  # the embedding joins at untie
     in_normuon = {p for g in normuon.param_groups for p in g["params"]}
     assert adam.late is model.embed.weight and tg.param_config("embed.weight").late
-    assert not in_adam & in_normuon and len(in_adam | in_normuon) == len(list(model.parameters()))
+    assert row_adam.param_groups[0]["params"] == [model.ngram.cache]  # the n-gram table's: RowAdam's alone
+    assert not in_adam & in_normuon and len(in_adam | in_normuon) + 1 == len(list(model.parameters()))
     for name, p in model.named_parameters():
         assert (p in in_normuon) == (p.ndim >= 2 and name.startswith("blocks.") and "value_gate" not in name), name
     assert tg.param_config("blocks.3.mlp.proj.weight").lr_mul == 4.0
@@ -575,27 +578,27 @@ def test_initial_loss_is_near_the_summed_uniform_cross_entropy():
 
 
 def test_initial_weights_follow_the_public_record():
-    """Zero at first: the MLP's output projection, the gates and the bigram table; attention's output projection
+    """Zero at first: the MLP's output projection, the gates and the n-gram table; attention's output projection
     uniform like q, k, v (#64); value embeddings small (std 0.01), not nn.Embedding's N(0, 1)."""
     torch.manual_seed(0)
     model = tg.GPT(SMOKE, fp8=False)
     bound = 0.5 * 3**0.5 * SMOKE.model_dim**-0.5
     for block in model.blocks:
-        assert not block.mlp.proj.weight.any()
+        assert block.mlp is None or not block.mlp.proj.weight.any()
         if block.attn is not None:
             out = block.attn.out.weight
             assert out.abs().max() <= bound and out.std() > 0.5 * bound  # uniform: std bound/sqrt(3)
             assert not block.attn.gate.weight.any()
-    assert not model.bigram_embed.weight.any()
+    assert not model.ngram.table.any()
     for table in model.value_embeds:
         assert abs(table.weight.std().item() - 0.01) < 1e-3
 
 
 def test_gradient_of_a_batch_is_the_sum_over_its_halves():
     """Documents end at the split: the halves hold the same documents, at other packed positions. The key
-    offset, the smear and the bigram hash reach one token across a document start by design (as in the
-    public record), which the split would show: the key offset is off, the smear and the bigram embedding
-    are zero and their own gradients not compared."""
+    offset, the smear and the n-gram hashes reach one token across a document start by design (as in the
+    public record), which the split would show: the key offset is off, the smear and the n-gram table
+    are zero and their own gradients not compared (the table's cache holds each half's rows, not the whole's)."""
     torch.manual_seed(0)
     model = tg.GPT(SMOKE, fp8=False)
     for block in model.blocks:
@@ -605,7 +608,7 @@ def test_gradient_of_a_batch_is_the_sum_over_its_halves():
         for p in model.parameters():
             p.add_(0.02 * torch.randn_like(p))
         model.smear_lambda.zero_()
-        model.bigram_embed.weight.zero_()
+        model.ngram.table.zero_()
     batch = packed_batch([0, 50, 128, 200, 256], seed=1)
     windows = (64, 128)  # the long layers see 128 keys, the others 64: shorter than the longest document
 
@@ -623,7 +626,7 @@ def test_gradient_of_a_batch_is_the_sum_over_its_halves():
         if name == "embed.weight":  # stood in for by the head's weight while the two are tied
             assert a is None and b is None
             continue
-        if name.startswith(("smear", "bigram")):
+        if name.startswith(("smear", "ngram")):
             continue
         assert a.abs().max() > 0, name
         assert rel_error(b, a) < 1e-4, name
@@ -830,14 +833,14 @@ def test_train_steps_across_the_untie_hand_the_head_over_to_the_embedding():
     args = tg.parse_args(["--smoke", "--scheduled_steps", "6", "--extension_steps", "0", "--untie_frac", "0.5"])
     assert tg.untie_step(args) == 3
     model = tg.GPT(args, fp8=False)
-    adam, normuon = tg.make_optimizers(model, args, 1)
-    source = tg.TrainSource(args.train_files, 0, 1, repeat=True)
+    adam, normuon, row_adam = optimizers = tg.make_optimizers(model, args, 1)
+    source = tg.TrainSource(args.train_files, 0, 1, repeat=True, ngram_rows=args.ngram_rows)
     batches = tg.synchronous_batches(source, [tg.train_shape(args, 1, tg.TRAINING_STAGES[tg.stage_index(s, args)])
                                               for s in range(6)])
     embed0 = model.embed.weight.detach().clone()
     for step, batch in enumerate(batches):
         before = model.head.weight.detach().clone()
-        tg.train_step(model, batch, adam, normuon, step, args, 1)
+        tg.train_step(model, batch, optimizers, step, args, 1)
         if step <= 3:
             assert model.tied and torch.equal(model.embed.weight, embed0)
         if step == 4:
@@ -855,12 +858,12 @@ def test_steps_run_out_of_order_as_the_benchmarks_do_untie_once():
     args = tg.parse_args(["--smoke", "--scheduled_steps", "8", "--extension_steps", "0", "--untie_frac", "0.5"])
     assert tg.untie_step(args) == 5
     model = tg.GPT(args, fp8=False)
-    adam, normuon = tg.make_optimizers(model, args, 1)
-    source = tg.TrainSource(args.train_files, 0, 1, repeat=True)
+    adam, normuon, row_adam = optimizers = tg.make_optimizers(model, args, 1)
+    source = tg.TrainSource(args.train_files, 0, 1, repeat=True, ngram_rows=args.ngram_rows)
     steps = [0, 1, 7, 7, 6]
     shapes = [tg.train_shape(args, 1, tg.TRAINING_STAGES[tg.stage_index(s, args)]) for s in steps]
     for step, batch in zip(steps, tg.synchronous_batches(source, shapes)):
-        tg.train_step(model, batch, adam, normuon, step, args, 1)
+        tg.train_step(model, batch, optimizers, step, args, 1)
         assert model.tied == (step <= 5) and (adam.late is None) == (step > 5)
     (group,) = (g for g in adam.param_groups if any(p is model.embed.weight for p in g["params"]))
     assert sum(p is model.embed.weight for p in group["params"]) == 1
@@ -963,9 +966,9 @@ def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
     model = tg.GPT(args, fp8=False)
     randomise_zero_initialised(model)
     eager = copy.deepcopy(model)
-    train = tg.synchronous_batches(tg.TrainSource(args.train_files, 0, 1, repeat=True),
+    train = tg.synchronous_batches(tg.TrainSource(args.train_files, 0, 1, repeat=True, ngram_rows=args.ngram_rows),
                                    [tg.BatchShape(1024, 512, 1)] * 4)
-    (val,) = next(tg.synchronous_batches(tg.ValSource(args.val_files, 2048, 1024, 0, 1),
+    (val,) = next(tg.synchronous_batches(tg.ValSource(args.val_files, 2048, 1024, 0, 1, args.ngram_rows),
                                          [tg.BatchShape(1024, 1024, 1)]))
     try:
         with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=8):
@@ -1463,17 +1466,20 @@ def test_five_value_embeddings_feed_layers_1_2_and_the_last_three_through_per_he
     assert torch.allclose(attn.project(x, ve)[2], expected, atol=1e-5)
 
 
-def test_bigram_embedding_is_the_hashed_row_times_its_sign_pattern_and_starts_at_zero():
-    """The loader hashes (tests/test_data.py checks the hash); the model looks up row times sign pattern."""
+def test_the_model_reads_its_n_gram_rows_through_the_cache_and_they_start_at_zero():
+    """The loader hashes (tests/test_ngram.py checks the hashes and the lookup); the model's table starts at zero
+    and its rows reach the residual stream; RowAdam's row of the parameter table holds #92's rates."""
     torch.manual_seed(0)
     model = tg.GPT(SMOKE, fp8=False)
     inputs = torch.tensor([50256, 15496, 995, 50255, 0, 995, 15496], dtype=torch.int32)
     batch = micro_batch(inputs, inputs, tg.SequenceBoundaries(torch.tensor([0, 7], dtype=torch.int32), 7))
-    assert not model.bigram(batch).any()
+    assert len(model.ngram.table) == SMOKE.ngram_rows + 1 and not model.ngram(batch).any()
     with torch.no_grad():
-        model.bigram_embed.weight.copy_(torch.arange(tg.BIGRAM_ROWS, dtype=torch.float32)[:, None].expand(-1, 64))
-    out = model.bigram(batch)
-    for t, (row, sign) in enumerate(zip(batch.bigram_rows.tolist(), batch.bigram_signs.tolist())):
-        assert torch.equal(out[t], row * model.bigram_signs[sign].float()), t
-    assert len(set(batch.bigram_rows.tolist())) == 7 and model.bigram_signs.abs().eq(1).all()
-    assert tg.param_config("bigram_embed.weight").lr_mul == 75.0
+        model.ngram.table.normal_()
+    model.ngram.fetched = None  # the table was written behind RowAdam's back: the cache must be gathered again
+    out = model.ngram(batch)
+    rows = batch.ngram_rows.long()
+    expected = (model.ngram.table[rows[batch.bigram_slots.long()]] * model.ngram.signs[batch.bigram_signs.long()]
+                + model.ngram.table[rows[batch.trigram_slots.long()]] * model.ngram.signs[batch.trigram_signs.long()])
+    assert torch.allclose(out, expected)
+    assert tg.param_config("ngram.cache") == tg.ParamConfig("rows", lr_mul=70.0, wd_mul=5.0, betas=(0.0, 0.95))
