@@ -897,8 +897,8 @@ class NgramTable(nn.Module):
     times another, so that n-grams sharing a row share less of it. The loader hashes the tokens (hash_ngrams)
     and lists the step's distinct rows (gather_ngram_rows).
 
-    The table is no parameter: a step reads a few hundred thousand of its millions of rows, and only those
-    may cost time. The step's rows are gathered into `cache` (once: the same rows for all of a step's
+    The table is no parameter: a step reads a small part of its rows (at #92's size, a few hundred thousand of
+    its 84.6 million), and only those may cost time. The step's rows are gathered into `cache` (once: the same rows for all of a step's
     micro-batches), a parameter of the step's size whose gradient is then that of those rows alone; RowAdam
     writes their update back into the table. The table has a padding row at its end (RowAdam's, with several
     ranks)."""
@@ -1256,7 +1256,7 @@ class RowAdam(torch.optim.Optimizer):
     With several ranks every rank keeps the whole table: the ranks' rows and gradients are all-gathered, the
     gradients of a row summed, and every rank makes the same updates.
 
-    Group keys: lr (the scheduled base rate, set every step), lr_mul, wd (adam_wd times wd_mul), betas."""
+    Group keys: lr (the scheduled base rate, set every step), lr_mul, wd (adam_wd times wd_mul), beta2."""
 
     def __init__(self, ngram, config, lr, wd, steps, world_size=1, eps=1e-10):
         super().__init__([ngram.cache], dict(lr=lr, lr_mul=config.lr_mul, wd=wd * config.wd_mul,
