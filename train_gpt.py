@@ -1297,8 +1297,9 @@ class RowAdam(torch.optim.Optimizer):
 
     def sum_over_ranks(self, rows, grad):
         """All ranks' rows, each once (and padding rows), and their gradients summed over the ranks. Each rank's
-        share is padded to the cache's size: all_gather takes equal shares."""
-        size, padding = len(self.ngram.cache), len(self.table) - 1
+        share is padded to a world_size-th of the cache, which has room for the whole batch's two rows a token
+        (NgramTable; all_gather takes equal shares)."""
+        size, padding = -(-len(self.ngram.cache) // self.world_size), len(self.table) - 1
         rows, grad = F.pad(rows, (0, size - len(rows)), value=padding), F.pad(grad, (0, 0, 0, size - len(grad)))
         all_rows = rows.new_empty(self.world_size * size)
         all_grads = grad.new_empty(self.world_size * size, grad.size(1))
