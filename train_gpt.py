@@ -199,7 +199,6 @@ def parse_args(argv):
     return args
 
 
-
 def check_hyperparameters(args):
     """Sizes and step counts that no run could use, refused before anything starts, naming the flag."""
     at_least = dict(scheduled_steps=1, extension_steps=0, val_tokens=1, val_seq_tokens=1, batch_tokens=1,
@@ -898,10 +897,10 @@ class NgramTable(nn.Module):
     and lists the step's distinct rows (gather_ngram_rows).
 
     The table is no parameter: a step reads a small part of its rows (at #92's size, a few hundred thousand of
-    its 84.6 million), and only those may cost time. The step's rows are gathered into `cache` (once: the same rows for all of a step's
-    micro-batches), a parameter of the step's size whose gradient is then that of those rows alone; RowAdam
-    writes their update back into the table. The table has a padding row at its end (RowAdam's, with several
-    ranks)."""
+    its 84.6 million), and only those may cost time. The step's rows are gathered into `cache` (once: the same
+    rows for all of a step's micro-batches), a parameter of the step's size whose gradient is then that of those
+    rows alone; RowAdam writes their update back into the table. The table has a padding row at its end
+    (RowAdam's, with several ranks)."""
 
     def __init__(self, rows, dim, capacity):
         super().__init__()
@@ -1272,10 +1271,8 @@ class RowAdam(torch.optim.Optimizer):
     def step(self, rows, step):
         """The update of step `step`, whose ngram_rows are `rows` (this rank's)."""
         group = self.param_groups[0]
-        cache = group["params"][0]
-        grad = cache.grad[: len(rows)]
-        if self.world_size > 1:
-            rows, grad = self.sum_over_ranks(rows, grad)
+        written = group["params"][0].grad[: len(rows)]  # the step's rows' places: the rest stays zero
+        rows, grad = self.sum_over_ranks(rows, written) if self.world_size > 1 else (rows, written)
         rows = rows.long()
         lr, beta2 = group["lr"] * group["lr_mul"], group["beta2"]
         decay = lr * lr * group["wd"]
@@ -1294,6 +1291,7 @@ class RowAdam(torch.optim.Optimizer):
         if step + 1 < len(self.log_decay):
             self.log_decay[step + 1].fill_(self.total_log_decay)
         self.ngram.fetched = None  # the cache holds the rows as they were
+        written.zero_()  # in place (the CUDA graphs add into it), and not the whole cache: 1.2 GB at 393K tokens
 
     def sum_over_ranks(self, rows, grad):
         """All ranks' rows, each once (and padding rows), and their gradients summed over the ranks. Each rank's
@@ -1311,7 +1309,7 @@ class RowAdam(torch.optim.Optimizer):
         segment = first.cumsum(0) - 1  # each entry's place among the distinct rows
         summed = torch.zeros(len(all_rows), grad.size(1), device=grad.device).index_add_(0, segment,
                                                                                         all_grads[order].float())
-        distinct = torch.full_like(all_rows, len(self.table) - 1).scatter_(0, segment, all_rows)
+        distinct = torch.full_like(all_rows, padding).scatter_(0, segment, all_rows)
         return distinct, summed
 
 
@@ -1380,7 +1378,7 @@ def start_reductions(optimizers, events=None):
 class Optimizers(typing.NamedTuple):
     adam: Adam
     normuon: NorMuon
-    rows: RowAdam
+    row_adam: RowAdam
 
 
 def make_optimizers(model, args, world_size):
@@ -1664,12 +1662,12 @@ def choose_candidates(targets, vocab_size, start, out):
     return True
 
 
-def _pack_documents(tokens, starts, lengths, max_len, table_rows, buffers):
+def _pack_documents(tokens, starts, lengths, max_len, table_rows, per_token, cu_seqlens):
     """Copy one micro-batch of documents (starts, lengths) back to back into inputs/targets, each split into
     attention sequences of at most max_len tokens; hash its n-grams into the table's rows (hash_ngrams; the
     step's gather_ngram_rows turns them into slots); write the sequences' boundaries to cu_seqlens; return
-    their number and the longest. buffers: numpy views in HOST_FIELDS order."""
-    inputs, targets, *ngrams, cu_seqlens, _, _ = buffers
+    their number and the longest. per_token: numpy views in TOKEN_FIELDS order."""
+    inputs, targets, *ngrams = per_token
     pieces = -(-lengths // max_len)
     first = np.repeat(np.cumsum(pieces) - pieces, pieces)  # index of each piece's first sibling
     offset = (np.arange(pieces.sum()) - first) * max_len  # where each piece starts inside its document
@@ -1733,8 +1731,8 @@ class TrainSource:
                 (tokens, starts, lengths), cursor = self._micro_batch(cursor, shape)
                 if r == self.rank:
                     t, c = a * shape.tokens, sum(n + 1 for n in host.num_seqs)
-                    at = [b[t:] for b in per_token] + [cu_seqlens[c:], None, None]
-                    n, max_len = _pack_documents(tokens, starts, lengths, shape.max_seq_len, self.ngram_rows, at)
+                    n, max_len = _pack_documents(tokens, starts, lengths, shape.max_seq_len, self.ngram_rows,
+                                                 [b[t:] for b in per_token], cu_seqlens[c:])
                     host.num_seqs.append(n)
                     host.max_lens.append(max_len)
                     rows = candidates[a * shape.candidates: (a + 1) * shape.candidates]
@@ -1773,13 +1771,14 @@ class ValSource:
 
     def build(self, cursor, shape, buffers):
         assert shape.tokens == self.chunk and shape.accum_steps == 1 and not shape.candidates
-        views = buffers.reserve(self.chunk + 1, 0)
+        *per_token, cu_seqlens, _, ngram_rows = buffers.reserve(self.chunk + 1, 0)
         begin = cursor * self.chunk
         window = self.tokens[begin: begin + self.chunk + 1]
         starts = np.union1d([0], np.flatnonzero(window[:-1] == BOS))
         lengths = np.diff(np.append(starts, self.chunk))
-        num_seqs, max_len = _pack_documents(window, starts, lengths, self.chunk, self.ngram_rows, views)
-        count = gather_ngram_rows(views[2][: self.chunk], views[3][: self.chunk], views[-1])
+        num_seqs, max_len = _pack_documents(window, starts, lengths, self.chunk, self.ngram_rows, per_token,
+                                            cu_seqlens)
+        count = gather_ngram_rows(per_token[2][: self.chunk], per_token[3][: self.chunk], ngram_rows)
         next_cursor = cursor + self.world_size
         host = HostBatch(shape, cursor, buffers, [num_seqs], [max_len], [False], count)
         return host, next_cursor if next_cursor < self.num_chunks else next_cursor % self.world_size
@@ -2142,7 +2141,7 @@ def stretch_and_windows(model, step, args):
 def train_step(model, micro_batches, optimizers, step, args, world_size):
     """One optimizer step over a step's micro-batches; returns the mean loss per token (a device scalar).
     Adam steps on odd steps only, on the gradients of two steps."""
-    adam, normuon, rows = optimizers
+    adam, normuon, row_adam = optimizers
     if step > untie_step(args) and adam.late is not None:  # the first untied step (benchmarks skip steps)
         adam.untie(model.head.weight)  # the embedding, Adam's late parameter, starts as the head's copy
     windows = set_step_state(model, step, args)
@@ -2163,8 +2162,7 @@ def train_step(model, micro_batches, optimizers, step, args, world_size):
         reductions.append(dist.all_reduce(loss, async_op=True))
     normuon.step()
     normuon.zero_grad(set_to_none=False)  # in place: the graphs hold the gradients' addresses
-    rows.step(micro_batches[0].ngram_rows, step)
-    rows.zero_grad(set_to_none=False)
+    row_adam.step(micro_batches[0].ngram_rows, step)
     for work in reductions:
         work.wait()
     if adam_step:

@@ -131,6 +131,7 @@ def test_row_adam_replays_the_steps_a_row_missed_as_a_dense_update_would():
         grad[:8] = torch.randn(8, dim)
         ngram.cache.grad = grad.clone()
         opt.step(read.int(), step)
+        assert not ngram.cache.grad.any()  # the step's gradient consumed: the next step adds into zeros
         dense_grad = torch.zeros(rows, dim, dtype=torch.float64)
         dense_grad[read] = grad[:8].double()
         dense.step(dense_grad, factor, step)
