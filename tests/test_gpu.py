@@ -168,8 +168,10 @@ def test_compiled_model_equals_eager_model():
     compiled, exact = (tg.GPT(args, fp8=False).to(device) for _ in range(2))
     for m in (compiled, exact):
         m.load_state_dict(model.state_dict())
+        m.ngram.table.copy_(model.ngram.table)  # no part of the state: a zero table would leave its gradients zero
     tg.compile_regions(compiled)
-    loader = tg.PrefetchLoader(tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True, ngram_rows=args.ngram_rows), device)
+    source = tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True, ngram_rows=args.ngram_rows)
+    loader = tg.PrefetchLoader(source, device)
     for windows in ((128, 384), (384, 896)):
         (micro,) = loader.send(tg.BatchShape(1024, 512, 1))
         losses = [m(micro, windows) for m in (compiled, exact, model)]
@@ -223,11 +225,16 @@ def test_graphed_micro_steps_equal_uncaptured_ones():
     for model in (plain, plain_again):
         model.graphs = None
         model.load_state_dict(graphed.state_dict())
-    loader = tg.PrefetchLoader(tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True, ngram_rows=args.ngram_rows), device)
+    source = tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True, ngram_rows=args.ngram_rows)
+    loader = tg.PrefetchLoader(source, device)
     steps = [tg.untie_step(args) - 1 + i for i in range(4)]  # two tied steps, then two untied
-    batches = [[tg.MicroBatch(*(getattr(m, name).clone() for name in tg.TOKEN_FIELDS),
-                              tg.SequenceBoundaries(m.seqs.cu_seqlens.clone(), m.seqs.max_len))
-                for m in loader.send(tg.BatchShape(4096, 512, 4))] for _ in steps]
+
+    def kept(micro_batches):  # copies: the loader reuses its buffers; a step's micro-batches share their rows
+        rows = micro_batches[0].ngram_rows.clone()
+        return [tg.MicroBatch(*(getattr(m, name).clone() for name in tg.TOKEN_FIELDS),
+                              tg.SequenceBoundaries(m.seqs.cu_seqlens.clone(), m.seqs.max_len),
+                              None if m.candidates is None else m.candidates.clone(), rows) for m in micro_batches]
+    batches = [kept(loader.send(tg.BatchShape(4096, 512, 4))) for _ in steps]
     start = {n: p.detach().float().clone() for n, p in plain.named_parameters()}
     losses, weights = [], []
     for model in (graphed, plain, plain_again):
@@ -274,7 +281,8 @@ def test_work_after_gradient_events_sees_each_replay_s_final_gradients_before_it
     model = tg.build_model(args, device, 1)
     randomise_zero_initialised(model)  # a zero projection would leave the fc gradient zero
     events = tg.GradientEvents(model)
-    loader = tg.PrefetchLoader(tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True, ngram_rows=args.ngram_rows), device)
+    source = tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True, ngram_rows=args.ngram_rows)
+    loader = tg.PrefetchLoader(source, device)
     windows = tg.set_step_state(model, 0, args)
     last = [model.blocks[-1].mlp.fc.weight, model.blocks[-1].mlp.proj.weight]
     for call in range(4):  # uncaptured, captured, replayed twice
