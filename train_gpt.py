@@ -95,6 +95,8 @@ class Hyperparameters:
     momentum_warmup_frac: float = flag(0.236, "NorMuon's momentum climbs 0.85 -> 0.95 over this fraction of steps")
     momentum_cooldown_frac: float = flag(0.039, "and falls back to 0.85 over this fraction at the very end")
     untie_frac: float = flag(2 / 3, "the head's weight is also the embedding until this fraction of the steps")
+    tail_frac: float = flag(0.25, "the weights' average (TailAverage) follows this last fraction of all the steps")
+    tail_blend: float = flag(0.65, "the final weights move this share of the way to their average; 0: none")
     # optimizers (PARAMETER_TABLE below holds each parameter's multipliers)
     matrix_lr: float = flag(0.023, "NorMuon's learning rate, for the hidden matrices")
     matrix_wd: float = flag(1.2, "NorMuon's weight decay: each step decays by lr * matrix_wd * scheduled matrix_lr")
@@ -207,7 +209,8 @@ def check_hyperparameters(args):
     for name, least in at_least.items():
         if getattr(args, name) < least:
             raise UserError(f"--{name}: {getattr(args, name)} is below its least value, {least}")
-    for name in ("cooldown_frac", "final_lr_frac", "momentum_warmup_frac", "momentum_cooldown_frac", "untie_frac"):
+    for name in ("cooldown_frac", "final_lr_frac", "momentum_warmup_frac", "momentum_cooldown_frac", "untie_frac",
+                 "tail_frac", "tail_blend"):
         if not 0 <= getattr(args, name) <= 1:
             raise UserError(f"--{name}: {getattr(args, name)} is not a fraction between 0 and 1")
     if len(args.layers) < 4 or set(args.layers) - set("LlSsM-") or not set(args.layers) & set("ls"):
@@ -1029,17 +1032,18 @@ class ParamConfig:
     wd_mul: float = 1.0  # times matrix_wd or adam_wd
     betas: tuple = (0.9, 0.99)  # Adam's
     late: bool = False  # Adam's: joins at the untie (Adam.untie), until then no state and no step
+    averaged: bool = False  # the final weights move towards their average over the run's tail (TailAverage)
 
 
 # Each parameter takes the first row whose pattern (fnmatch) matches its name. NorMuon scales a matrix's
 # learning rate by sqrt(max(1, rows / cols)) besides: 2 for the MLP's fc, whose proj gets 4 through lr_mul.
 PARAMETER_TABLE = (
-    ("blocks.*.mlp.proj.weight", ParamConfig("normuon", lr_mul=4.0)),
+    ("blocks.*.mlp.proj.weight", ParamConfig("normuon", lr_mul=4.0, averaged=True)),
     ("blocks.*.attn.value_gate.weight", ParamConfig("adam")),
-    ("blocks.*.weight", ParamConfig("normuon")),
-    ("blocks.*.attn.qkv", ParamConfig("normuon")),
-    ("head.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95))),
-    ("embed.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95), late=True)),
+    ("blocks.*.weight", ParamConfig("normuon", averaged=True)),
+    ("blocks.*.attn.qkv", ParamConfig("normuon", averaged=True)),
+    ("head.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95), averaged=True)),
+    ("embed.weight", ParamConfig("adam", wd_mul=150.0, betas=(0.5, 0.95), late=True, averaged=True)),
     ("value_embeds.*", ParamConfig("adam", lr_mul=75.0, wd_mul=5.0, betas=(0.75, 0.95))),
     ("ngram.cache", ParamConfig("rows", lr_mul=70.0, wd_mul=5.0, betas=(0.0, 0.95))),
     ("smear_gate.weight", ParamConfig("adam", lr_mul=0.01, wd_mul=0.0)),
@@ -1379,6 +1383,46 @@ class Optimizers(typing.NamedTuple):
     adam: Adam
     normuon: NorMuon
     row_adam: RowAdam
+
+
+class TailAverage:
+    """Record #92's end-of-run weight averaging: over the last tail_frac of the steps each averaged parameter
+    (PARAMETER_TABLE) keeps an exponential moving average of its values after each step, of time constant half
+    the tail (rate 2 / (tail steps + 1)). Before the final validation, on the clock, the parameter moves
+    tail_blend of the way to its average, then is rescaled to its own norm (the Frobenius norm of the whole
+    tensor): an average of matrices turning in different directions is shorter than they are. Training never
+    reads the averages.
+
+    While the embedding is tied to the head, the head's values stand in for its own, as in the forward pass.
+    Every rank averages its full copy of the parameters, the same on all."""
+
+    def __init__(self, model, args):
+        self.model, self.blend = model, args.tail_blend
+        self.params = [p for name, p in model.named_parameters() if param_config(name).averaged]
+        tail = round(args.tail_frac * total_steps(args))
+        self.first_step, self.rate = total_steps(args) - tail, 2 / (tail + 1)
+        self.averages = None  # float32, from the tail's first step
+
+    @torch.no_grad()
+    def update(self, step):
+        """Take in the values after step `step`."""
+        if step < self.first_step or not self.blend:
+            return
+        embed, head = self.model.embed.weight, self.model.head.weight
+        values = [(head if p is embed and self.model.tied else p).float() for p in self.params]
+        if self.averages is None:
+            self.averages = [v.clone() for v in values]  # on a CPU float() is the parameter itself
+        else:
+            torch._foreach_lerp_(self.averages, values, self.rate)
+
+    @torch.no_grad()
+    def apply(self):
+        """Move the parameters towards their averages, keeping their norms (the end of the run)."""
+        if self.averages is None:
+            return
+        for p, average in zip(self.params, self.averages):
+            blended = p.float().lerp(average, self.blend)
+            p.copy_(blended.mul_(p.float().norm() / blended.norm().clamp_min(1e-30)))
 
 
 def make_optimizers(model, args, world_size):
@@ -2380,6 +2424,7 @@ def train(args, rank, world_size, device, log, startup):
 
     N = total_steps(args)
     training_time, val_loss = 0.0, float("nan")
+    tail = TailAverage(model, args)
 
     def timed(step):
         return f"train_time:{1000 * training_time:.1f}ms step_avg:{1000 * training_time / max(step, 1):.2f}ms"
@@ -2405,6 +2450,10 @@ def train(args, rank, world_size, device, log, startup):
     clock, step = time.perf_counter(), 0
     try:
         for step in range(N + 1):
+            if step == N:
+                tail.apply()
+                if cuda:
+                    torch.cuda.synchronize()  # on the clock, as the last step's: finish_step waits for its loss only
             if step in (0, N) or (args.val_loss_every and step % args.val_loss_every == 0):
                 if in_flight is not None:
                     finish_step()
@@ -2417,6 +2466,7 @@ def train(args, rank, world_size, device, log, startup):
             if step == N:
                 break
             loss = DeferredLoss(train_step(model, step_batch(step), optimizers, step, args, world_size))
+            tail.update(step)
             if in_flight is not None:
                 finish_step()
             in_flight = (step + 1, loss)
