@@ -1411,7 +1411,7 @@ class TailAverage:
         embed, head = self.model.embed.weight, self.model.head.weight
         values = [(head if p is embed and self.model.tied else p).float() for p in self.params]
         if self.averages is None:
-            self.averages = [v.clone() for v in values]  # on a CPU float() is the parameter itself
+            self.averages = [v.clone() for v in values]  # float() of a float32 parameter is the parameter itself
         else:
             torch._foreach_lerp_(self.averages, values, self.rate)
 

@@ -217,6 +217,7 @@ class WatchedRun(typing.NamedTuple):
     steps: list  # (step, (tied, parameters with a nonzero gradient) before the step, those after it), warm-up included
     forwards: list  # what each forward pass compiled for (recording_forward), warm-up and validation included
     log: list  # the lines of the run's log
+    tail: list  # TailAverage's calls: ("update", step) or ("apply", train steps and forward passes before it)
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +226,8 @@ def warm_up_run(tmp_path_factory):
     it: each had a run of its own, 15 to 50 s on 2 cores."""
     workdir = tmp_path_factory.mktemp("warm_up_run")
     (workdir / "data").symlink_to(ROOT / "data")
-    train_step, steps, forwards = tg.train_step, [], []
+    train_step, steps, forwards, tail = tg.train_step, [], [], []
+    update, apply = tg.TailAverage.update, tg.TailAverage.apply
 
     def with_grads(model):
         return [n for n, p in model.named_parameters() if p.grad is not None and p.grad.any()]
@@ -239,9 +241,12 @@ def warm_up_run(tmp_path_factory):
         patch.chdir(workdir)
         patch.setattr(tg, "train_step", watched)
         patch.setattr(tg.GPT, "forward", recording_forward(forwards))
+        patch.setattr(tg.TailAverage, "update", lambda self, step: tail.append(("update", step)) or update(self, step))
+        patch.setattr(tg.TailAverage, "apply", lambda self: tail.append(("apply", len(steps), len(forwards)))
+                      or apply(self))
         status = tg.main(WARM_UP_RUN)
     (log,) = (workdir / "logs").glob("*.txt")
-    return WatchedRun(status, steps, forwards, read_log(log))
+    return WatchedRun(status, steps, forwards, read_log(log), tail)
 
 
 def test_warm_up_leaves_no_trace_in_the_run(warm_up_run):
@@ -254,6 +259,21 @@ def test_warm_up_leaves_no_trace_in_the_run(warm_up_run):
     assert steps[:10] == [0, 1, 3, 4, 7, 8, 8, 9, 9, 10] and steps[10:] == list(range(12))
     assert seen[9][2]  # the warm-up's last step left Adam's gradients behind
     assert seen[10][1] == (True, [])  # the run's first step: tied, no gradient
+
+
+def test_tail_average_takes_every_timed_step_and_ships_once_before_the_final_validation(warm_up_run):
+    """The weight average takes in the values after each of the run's 12 steps and none of the warm-up's (whose
+    effects are undone), and moves the weights once, after the last step and before the final validation's
+    forward passes: updates missed, doubled or taken from the warm-up would shift the average; an apply
+    after the validation would leave the reported loss that of the raw weights."""
+    assert warm_up_run.status == 0
+    updates = [event[1] for event in warm_up_run.tail if event[0] == "update"]
+    applies = [event for event in warm_up_run.tail if event[0] == "apply"]
+    assert updates == list(range(12)) and len(applies) == 1 and warm_up_run.tail[-1] == applies[0]
+    _, steps_before, forwards_before = applies[0]
+    assert steps_before == len(warm_up_run.steps)  # after the last training step
+    final_validation = warm_up_run.forwards[forwards_before:]
+    assert final_validation and not any(grad_mode for *_, grad_mode in final_validation)
 
 
 def test_startup_line_splits_the_start_up_into_phases_that_add_up(warm_up_run):
