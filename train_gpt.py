@@ -1,6 +1,7 @@
 """train_gpt.py: train a GPT to 3.28 cross-entropy on the FineWeb validation set, as fast as possible.
 
-One file, read top to bottom: hyperparameters, kernels, model, optimizers, data, logging, training.
+One file, read top to bottom: hyperparameters, model, optimizers, schedules, data, logging, training; the
+kernels last.
     torchrun --standalone --nproc_per_node=8 train_gpt.py        the record run (defaults are its settings)
     python train_gpt.py --smoke                                    a tiny run on data/sample, on the CPU
 Every hyperparameter is a flag (--help lists them): --scheduled_steps 187 --train_files "data/x_*.bin".
@@ -219,422 +220,6 @@ def check_hyperparameters(args):
     if args.model_dim % args.head_dim or args.head_dim % 4:
         raise UserError(f"--model_dim: {args.model_dim} must be a multiple of --head_dim {args.head_dim}, which "
                         f"must be a multiple of 4 (rotary turns a quarter of each head's dimension pairs)")
-
-
-# ----------------------------------------------------------------------------------------------------
-# Kernels: attention over packed documents, the head's loss and its FP8 matmuls, orthogonalisation for NorMuon
-
-def attention(q, k, v, seqs, window, scale):
-    """Causal attention inside each sequence of a packed batch, each query seeing its last `window` keys.
-
-    q, k, v: (tokens, heads, head_dim); seqs: the batch's SequenceBoundaries. On CUDA this is
-    FlashAttention through PyTorch's varlen_attn; elsewhere a dense masked product (tests, smoke run, and the
-    float32 reference of the GPU tests, as FlashAttention takes 16-bit inputs only).
-    """
-    if q.is_cuda and q.dtype == torch.bfloat16:
-        cu, n = seqs.cu_seqlens, seqs.max_len
-        return varlen_attn(q, k, v, cu, cu, n, n, scale=scale, window_size=(window - 1, 0))
-    return dense_attention(q, k, v, seqs.cu_seqlens, window, scale)
-
-
-def dense_attention(q, k, v, cu_seqlens, window, scale):
-    pos = torch.arange(q.size(0), device=q.device)
-    seq_id = torch.searchsorted(cu_seqlens[1:], pos, right=True)
-    distance = pos[:, None] - pos[None, :]
-    mask = (seq_id[:, None] == seq_id[None, :]) & (distance >= 0) & (distance < window)
-    q, k, v = (t.transpose(0, 1) for t in (q, k, v))
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale).transpose(0, 1)
-
-
-# Logits are soft-capped to (0, SOFTCAP): SOFTCAP * sigmoid((logit + SOFTCAP_SHIFT) / SOFTCAP_WIDTH). The shift
-# makes the cap asymmetric: a zero logit lands at 15.4 of 23, not at the middle (the public record's #54).
-SOFTCAP, SOFTCAP_SHIFT, SOFTCAP_WIDTH = 23.0, 5.0, 7.5
-
-
-def softcap(logits):
-    return SOFTCAP * torch.sigmoid((logits.float() + SOFTCAP_SHIFT) / SOFTCAP_WIDTH)
-
-
-def softcapped_cross_entropy(logits, targets, weights):
-    """Several targets per row from soft-capped logits: row i is scored against targets[i, k] (see Head:
-    tokens further on, the next token's prefix token; -1 for none) with the loss weights weights[k].
-    Returns the summed next-token cross-entropy (targets[:, 0], the loss to report) and the gradient of the
-    whole weighted objective, sum_k weights[k] * CE(targets[:, k]), with respect to the raw logits, in
-    float32. The FP8 head (Hopper) uses the Triton kernels below instead; this is the path without FP8
-    (CPU, older GPUs) and those kernels' reference.
-
-    Soft-capping bounds every logit to (0, SOFTCAP), so exp() cannot overflow in float32 and the
-    log-sum-exp needs no running maximum.
-    """
-    capped = softcap(logits)
-    grad = torch.exp(capped)  # turned into the gradient in place: one logits-sized buffer fewer
-    row_sums = grad.sum(dim=1, keepdim=True)
-    present = targets >= 0
-    loss = (torch.log(row_sums) - capped.gather(1, targets[:, :1].long())).sum()
-    target_weights = torch.where(present, weights.float(), 0.0)
-    grad.mul_(target_weights.sum(dim=1, keepdim=True) / row_sums)
-    grad.scatter_add_(1, targets.clamp(min=0).long(), -target_weights)
-    # d(capped)/d(logits) = SOFTCAP * sigmoid * (1 - sigmoid) / SOFTCAP_WIDTH
-    return loss, grad.mul_((SOFTCAP - capped).mul_(capped).div_(SOFTCAP * SOFTCAP_WIDTH))
-
-
-HEAD_W_SCALE, HEAD_GRAD_SCALE = 2**-9, 1 / 448  # the FP8 head's fixed scales (see HeadLoss)
-# The loss kernels' tiles (rows and columns a program holds at once) and warps, the fastest of those tried on
-# an H200 (docs/performance.md): the row sums sweep the vocabulary; the gradient's grid has one program a tile
-CE_TILES = dict(sums=dict(ROWS=4, COLS=1024, num_warps=4), gradient=dict(ROWS=64, COLS=128, num_warps=8))
-
-if triton is not None:
-
-    @triton.jit
-    def capped_logits(z, CAP: tl.constexpr, SHIFT: tl.constexpr, WIDTH: tl.constexpr):
-        """softcap(z) in float32, its sigmoid as (1 + tanh(u / 2)) / 2 with the GPU's one-instruction tanh.
-        The loss kernels are bound by the special-function units as much as by memory, and this is one such
-        operation per logit where sigmoid's exp and division are two (on an H200 the pair of kernels took 4.5
-        ms at 49,152 x 50,304 against 5.6 ms). tanh.approx is within 2^-11 of tanh: about 6 bytes in 100,000 of
-        the e5m2 gradient differ from the reference formula's, by one rounding step (2 in 1,000,000 with
-        sigmoid), and the loss by 1e-7."""
-        u = (z.to(tl.float32) + SHIFT) * (0.5 / WIDTH)
-        tanh = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [u], dtype=tl.float32, is_pure=True,
-                                         pack=1)
-        return (0.5 * CAP) * (1 + tanh)
-
-    @triton.jit
-    def cross_entropy_sums_kernel(logits_ptr, targets_ptr, sums_ptr, losses_ptr, T, V: tl.constexpr,
-                                  K: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
-                                  CAP: tl.constexpr, SHIFT: tl.constexpr, WIDTH: tl.constexpr):
-        """For ROWS rows of logits: the sum of exp(capped) over the vocabulary and the next-token loss
-        log(sum) - capped[target] (the first of each row's K targets, always present)."""
-        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-        row_in = rows < T
-        row_starts = logits_ptr + rows.to(tl.int64) * V
-        acc = tl.zeros([ROWS, COLS], dtype=tl.float32)
-        for start in range(0, V, COLS):
-            cols = start + tl.arange(0, COLS)
-            inside = row_in[:, None] & (cols < V)[None, :]
-            z = tl.load(row_starts[:, None] + cols[None, :], mask=inside, other=0.0)
-            acc += tl.where(inside, tl.exp(capped_logits(z, CAP, SHIFT, WIDTH)), 0.0)
-        row_sums = tl.sum(acc, axis=1)
-        targets = tl.load(targets_ptr + rows * K, mask=row_in, other=0)
-        target_capped = capped_logits(tl.load(row_starts + targets, mask=row_in, other=0.0), CAP, SHIFT, WIDTH)
-        tl.store(sums_ptr + rows, row_sums, mask=row_in)
-        tl.store(losses_ptr + rows, tl.log(row_sums) - target_capped, mask=row_in)
-
-    @triton.jit
-    def cross_entropy_gradient_kernel(logits_ptr, targets_ptr, weights_ptr, sums_ptr, grad_ptr, grad_t_ptr, T,
-                                      inverse_grad_scale, V: tl.constexpr, K: tl.constexpr,
-                                      ROWS: tl.constexpr, COLS: tl.constexpr,
-                                      CAP: tl.constexpr, SHIFT: tl.constexpr, WIDTH: tl.constexpr):
-        """One (ROWS, COLS) tile of the gradient of sum_k weights[k] * CE(targets[:, k]) with respect to the
-        raw logits, from the row sums, divided by the gradient's scale, in e5m2, written row-major and
-        transposed."""
-        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-        cols = tl.program_id(1) * COLS + tl.arange(0, COLS)
-        row_in = rows < T
-        inside = row_in[:, None] & (cols < V)[None, :]
-        weight_sums = tl.zeros([ROWS], dtype=tl.float32)
-        target_mass = tl.zeros([ROWS, COLS], dtype=tl.float32)
-        for k in tl.static_range(K):
-            target_k = tl.load(targets_ptr + rows * K + k, mask=row_in, other=-1)
-            weight_k = tl.load(weights_ptr + k)
-            weight_sums += tl.where(target_k >= 0, weight_k, 0.0)
-            target_mass += tl.where(cols[None, :] == target_k[:, None], weight_k, 0.0)
-        scales = weight_sums / tl.load(sums_ptr + rows, mask=row_in, other=1.0)
-        z = tl.load(logits_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :], mask=inside, other=0.0)
-        capped = capped_logits(z, CAP, SHIFT, WIDTH)
-        slope = capped * (CAP - capped) * (inverse_grad_scale / (CAP * WIDTH))  # d capped / d z, scaled
-        grad = (tl.exp(capped) * scales[:, None] - target_mass) * slope
-        grad = grad.to(tl.float8e5, fp_downcast_rounding="rtne")  # round to nearest, as torch's casts do
-        tile = grad_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :]
-        tl.store(tile, grad, mask=inside)
-        # The transposed copy is read back from the tile just written (the barrier makes the whole tile's
-        # stores visible to every thread): stored straight from registers, with Triton 3.6 on an H100, every
-        # fourth vocabulary row of it came out wrong.
-        tl.debug_barrier()
-        grad = tl.load(tile, mask=inside)
-        tl.store(grad_t_ptr + cols.to(tl.int64)[:, None] * T + rows[None, :], tl.trans(grad), mask=tl.trans(inside))
-
-
-@torch.library.custom_op("train_gpt::softcapped_cross_entropy_fp8", mutates_args=())
-def softcapped_cross_entropy_fp8(logits: torch.Tensor, targets: torch.Tensor,
-                                 weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """softcapped_cross_entropy's loss, and its gradient divided by HEAD_GRAD_SCALE in e5m2, twice: row-major
-    for x's gradient and transposed for w's (_scaled_mm takes FP8 operands only as row-major times
-    column-major). Two Triton kernels: the row sums, then the gradient tile by tile, each tile written in both
-    layouts while it is in cache. Elsewhere (CPU tests) the reference formula, cast and transposed.
-
-    An opaque operator to torch.compile, so the kernels are built by Triton as in eager mode (Inductor's
-    own build of such a kernel failed in Triton's LLVM lowering on torch 2.11)."""
-    if not logits.is_cuda:
-        loss, grad = softcapped_cross_entropy(logits, targets, weights)
-        grad = (grad / HEAD_GRAD_SCALE).to(torch.float8_e5m2)
-        return loss, grad, grad.T.contiguous()
-    (T, V), K = logits.shape, targets.size(1)
-    targets = targets.contiguous()  # the kernels index row * K + k
-    sums, losses = (torch.empty(T, dtype=torch.float32, device=logits.device) for _ in range(2))
-    grad = torch.empty(T, V, dtype=torch.float8_e5m2, device=logits.device)
-    grad_t = torch.empty(V, T, dtype=torch.float8_e5m2, device=logits.device)
-    cap = dict(CAP=SOFTCAP, SHIFT=SOFTCAP_SHIFT, WIDTH=SOFTCAP_WIDTH)
-    tile = CE_TILES["sums"]
-    cross_entropy_sums_kernel[(triton.cdiv(T, tile["ROWS"]),)](logits, targets, sums, losses, T, V=V, K=K,
-                                                               **tile, **cap)
-    tile = CE_TILES["gradient"]
-    cross_entropy_gradient_kernel[(triton.cdiv(T, tile["ROWS"]), triton.cdiv(V, tile["COLS"]))](
-        logits, targets, weights, sums, grad, grad_t, T, 1 / HEAD_GRAD_SCALE, V=V, K=K, **tile, **cap)
-    return losses.sum(), grad, grad_t
-
-
-@softcapped_cross_entropy_fp8.register_fake
-def _(logits, targets, weights):
-    T, V = logits.shape
-    return (logits.new_empty((), dtype=torch.float32), logits.new_empty(T, V, dtype=torch.float8_e5m2),
-            logits.new_empty(V, T, dtype=torch.float8_e5m2))
-
-
-def to_e4m3(t, scale):
-    """t / scale in float8 e4m3, clamped to its range (448) rather than cast out of it."""
-    return (t.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
-
-
-def normed_e4m3(x):
-    """An RMS-normalised x in float8 e4m3 at the fixed scale sqrt(dim) / 448 (|x| <= sqrt(dim)), which needs
-    no pass over the data to find its range; and that scale. The head's and the MLP's input."""
-    scale = x.size(-1) ** 0.5 / 448
-    return to_e4m3(x, scale), scale
-
-
-class HeadLoss(torch.autograd.Function):
-    """The summed soft-capped cross-entropy of the logits x @ w.T.
-
-    The logits' gradient is computed in the forward pass, while the logits are at hand (the loss is
-    always the quantity differentiated, so only a scalar factor is left for the backward pass); what
-    is kept for the backward pass is that gradient, not the logits.
-
-    With fp8 (Hopper), both matmuls run in float8: x and w in e4m3, the gradient in e5m2, at fixed
-    scales, which cost no extra pass over the data. They fit here: x is RMS-normalised, so
-    |x| <= sqrt(model_dim); the gradient of a logit lies within the sum of the loss weights (2 at most, see
-    Head) of 0, far inside e5m2's range at that scale; and the head's weights start at 0.005 std, far
-    below 448 * HEAD_W_SCALE = 0.875 (not checked during training: a larger weight would saturate at that
-    value, not overflow).
-    """
-
-    @staticmethod
-    def forward(ctx, x, w, targets, weights, fp8):
-        ctx.fp8 = fp8
-        if not fp8:
-            w = w.type_as(x)
-            loss, grad = softcapped_cross_entropy(x @ w.T, targets, weights)
-            ctx.save_for_backward(x, w, grad.type_as(x))
-            return loss
-        x8, ctx.x_scale = normed_e4m3(x)
-        w8 = to_e4m3(w, HEAD_W_SCALE)
-        logits = torch._scaled_mm(x8, w8.T, scale_a=scalar(ctx.x_scale, x), scale_b=scalar(HEAD_W_SCALE, x),
-                                  out_dtype=torch.bfloat16)
-        loss, grad, grad_t = softcapped_cross_entropy_fp8(logits, targets, weights)
-        ctx.save_for_backward(x8, w8, grad, grad_t)
-        return loss
-
-    @staticmethod
-    def backward(ctx, grad_loss):
-        if not ctx.fp8:
-            x, w, grad = ctx.saved_tensors
-            grad = grad * grad_loss.type_as(grad)
-            return grad @ w, grad.T @ x, None, None, None  # autograd casts w's gradient to w's dtype
-        x, w, grad, grad_t = ctx.saved_tensors
-        x_scale = scalar(ctx.x_scale, grad)
-        grad_scale = grad_loss.float() * HEAD_GRAD_SCALE
-        # _scaled_mm wants its first operand row-major and its second column-major
-        grad_x = torch._scaled_mm(grad, w.T.contiguous().T, scale_a=grad_scale, scale_b=scalar(HEAD_W_SCALE, grad),
-                                  out_dtype=torch.bfloat16)
-        grad_w = torch._scaled_mm(grad_t, x.T.contiguous().T, scale_a=grad_scale, scale_b=x_scale,
-                                  out_dtype=torch.float32)
-        return grad_x, grad_w, None, None, None
-
-
-def scalar(value, like):
-    """A float32 scalar tensor on `like`'s device: _scaled_mm takes its scales so."""
-    return torch.tensor(value, dtype=torch.float32, device=like.device)
-
-
-# The fused MLP kernel's tile (rows, columns, reduction), warps, pipeline stages and row-tiles per group, by
-# operand type: the fastest at 48K tokens of those benchmarks/mlp_kernel.py tried on an H100 (the kernel before
-# TMA), and of the persistent TMA kernel's on an H200
-MLP_TILES = {
-    torch.bfloat16: dict(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, GROUP=8),
-    torch.float8_e4m3fn: dict(BM=128, BN=256, BK=128, num_warps=8, num_stages=3, GROUP=8),
-}
-
-if triton is not None:
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    @triton.jit
-    def relu_square_epilogue(acc, out_desc, post_desc, row, col, BACKWARD: tl.constexpr):
-        """The activation (forward) or its derivative (backward) applied to a finished accumulator, stored."""
-        if BACKWARD:
-            acc = acc * 2 * tl.sqrt(post_desc.load([row, col]).to(tl.float32))
-        else:
-            acc = tl.maximum(acc, 0.0)
-            acc = acc * acc
-        out_desc.store([row, col], acc.to(out_desc.dtype))
-
-    @triton.jit
-    def relu_square_matmul_kernel(a_desc, b_desc, out_desc, post_desc, scale_ptr, M, programs, N: tl.constexpr,
-                                  K: tl.constexpr, B_ROWS_N: tl.constexpr, BACKWARD: tl.constexpr,
-                                  SCALED: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                                  GROUP: tl.constexpr):
-        """(BM, BN) tiles of a @ b with the MLP's activation applied as each tile is written, so that the
-        4x-wide activation makes no extra round trip through memory. a: (M, K); b: (N, K) if B_ROWS_N, else
-        (K, N); out and post: (M, N); all row-major, read and written by TMA (rows past M: zeros read,
-        nothing written); N and K multiples of BN and BK.
-        Forward: out = relu(a @ b)^2. Backward (a the output's gradient, b the output projection, post the
-        forward's out): out = (a @ b) * 2 sqrt(post), the pre-activation's gradient, as relu = sqrt(post).
-        SCALED: a and b are FP8, a @ b is multiplied by the product of their scales, at scale_ptr.
-        Persistent: each of `programs` programs takes every programs-th tile, its loop over tiles and K
-        flattened into one software pipeline, so the next tile's loads run during this one's epilogue; the
-        epilogue works on two (BM, BN / 2) halves, which keeps its registers and staging memory small."""
-        tiles_m, tiles_n = tl.cdiv(M, BM), N // BN
-        for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, programs, flatten=True):
-            # GROUP row-tiles in a row take every column tile in turn: b's columns are reused from L2
-            group_start = tile // (GROUP * tiles_n) * GROUP
-            group_rows = min(tiles_m - group_start, GROUP)
-            row = (group_start + tile % group_rows) * BM
-            col = tile % (GROUP * tiles_n) // group_rows * BN
-            acc = tl.zeros((BM, BN), dtype=tl.float32)
-            for k in range(0, K, BK):
-                b = b_desc.load([col, k]).T if B_ROWS_N else b_desc.load([k, col])
-                acc = tl.dot(a_desc.load([row, k]), b, acc)
-            if SCALED:
-                acc = acc * tl.load(scale_ptr)
-            left, right = tl.split(acc.reshape(BM, 2, BN // 2).permute(0, 2, 1))
-            relu_square_epilogue(left, out_desc, post_desc, row, col, BACKWARD)
-            relu_square_epilogue(right, out_desc, post_desc, row, col + BN // 2, BACKWARD)
-
-
-@functools.cache
-def multiprocessors(device):
-    """The GPU's streaming multiprocessors: as many programs as the persistent kernels run (4 on the CPU, in
-    Triton's interpreter)."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-
-
-def relu_square_matmul(a, b, post=None, scale=None, out_dtype=None):
-    """relu_square_matmul_kernel over the whole product: relu(a @ b)^2, or with post, (a @ b) * 2 sqrt(post);
-    with scale (FP8 a and b), a @ b times scale first. b: (K, N), row-major or the transpose of a row-major
-    (N, K) (an nn.Linear's weight, .T)."""
-    (M, K), N = a.shape, b.size(1)
-    tile = MLP_TILES[a.dtype]
-    BM, BN, BK = tile["BM"], tile["BN"], tile["BK"]
-    rows_n = b.stride(0) == 1
-    out = torch.empty(M, N, dtype=out_dtype or a.dtype, device=a.device)
-    a_desc = TensorDescriptor.from_tensor(a.contiguous(), [BM, BK])
-    b_desc = TensorDescriptor.from_tensor(b.T, [BN, BK]) if rows_n else TensorDescriptor.from_tensor(b, [BK, BN])
-    out_desc = TensorDescriptor.from_tensor(out, [BM, BN // 2])
-    # the forward reads no post, the bf16 kernel no scale: any descriptor and pointer will do
-    post_desc = out_desc if post is None else TensorDescriptor.from_tensor(post, [BM, BN // 2])
-    programs = min(multiprocessors(a.device), triton.cdiv(M, BM) * (N // BN))
-    relu_square_matmul_kernel[(programs,)](a_desc, b_desc, out_desc, post_desc, out if scale is None else scale, M,
-                                           programs, N=N, K=K, B_ROWS_N=rows_n, BACKWARD=post is not None,
-                                           SCALED=scale is not None, **tile)
-    return out
-
-
-def fused_mlp_kernels(a, b):
-    """Whether a @ b (the MLP's) runs on the Triton kernel: bf16 or FP8 on a GPU with TMA (Hopper on), in
-    whole tiles of N and K. Elsewhere (CPU tests, the float32 model of a GPU test, odd widths, older GPUs) the
-    same formulas in PyTorch."""
-    tile = MLP_TILES.get(a.dtype)
-    return (triton is not None and a.is_cuda and tile is not None and a.size(1) % tile["BK"] == 0
-            and b.size(1) % tile["BN"] == 0 and torch.cuda.get_device_capability(a.device) >= (9, 0))
-
-
-@torch.library.custom_op("train_gpt::relu_square_linear", mutates_args=())
-def relu_square_linear(x: torch.Tensor, w: torch.Tensor, scale: Optional[torch.Tensor]) -> torch.Tensor:
-    """relu(x @ w.T)^2, the MLP's hidden activation; with scale, x and w are FP8 and x @ w.T is multiplied by
-    scale, the product of their scales, and the activation is bf16. An operator opaque to torch.compile, as
-    the head's."""
-    if not fused_mlp_kernels(x, w.T):
-        if scale is None:
-            return F.relu(F.linear(x, w)).square()
-        return F.relu(F.linear(x.float(), w.float()) * scale).square().bfloat16()
-    return relu_square_matmul(x, w.T, scale=scale, out_dtype=None if scale is None else torch.bfloat16)
-
-
-@relu_square_linear.register_fake
-def _(x, w, scale):
-    return x.new_empty(x.size(0), w.size(0), dtype=x.dtype if scale is None else torch.bfloat16)
-
-
-@torch.library.custom_op("train_gpt::relu_square_linear_backward", mutates_args=())
-def relu_square_linear_backward(grad_out: torch.Tensor, w: torch.Tensor, post: torch.Tensor) -> torch.Tensor:
-    """The gradient of relu_square_linear's input product, from the gradient of the output projection
-    grad_out @ w (w: the projection's weight) and the activation post it produced."""
-    if not fused_mlp_kernels(grad_out, w):
-        return (grad_out @ w) * 2 * post.sqrt()
-    return relu_square_matmul(grad_out, w, post)
-
-
-@relu_square_linear_backward.register_fake
-def _(grad_out, w, post):
-    return torch.empty_like(post)
-
-
-class ReluSquareMLP(torch.autograd.Function):
-    """relu(x @ fc.T)^2 @ proj.T, the activation applied inside the matmuls' kernels both ways. What is kept
-    for the backward pass is the activation relu(.)^2 alone: relu(.) is its square root.
-
-    With fp8 (Hopper, the public record's #84), x @ fc.T runs in float8 e4m3: x at the fixed scale
-    sqrt(dim) / 448, as x is RMS-normalised (|x| <= sqrt(dim)); fc at amax(|fc|) / 448, taken afresh at every
-    call. The backward pass stays in bf16, and MLP validates without FP8."""
-
-    @staticmethod
-    def forward(ctx, x, fc, proj, fp8):
-        if fp8:
-            (x8, x_scale), fc_scale = normed_e4m3(x), fc.detach().abs().amax().float() / 448
-            post = relu_square_linear(x8, to_e4m3(fc, fc_scale), x_scale * fc_scale)
-        else:
-            post = relu_square_linear(x, fc, None)
-        ctx.save_for_backward(x, fc, proj, post)
-        return F.linear(post, proj)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        x, fc, proj, post = ctx.saved_tensors
-        grad_pre = relu_square_linear_backward(grad_out, proj, post)
-        return grad_pre @ fc, grad_pre.T @ x, grad_out.T @ post, None
-
-
-# Polar Express (Amsel et al., 2025): five odd quintics a x + b x^3 + c x^5, each fitted to the singular
-# values the steps before it leave, drive every singular value of a normalised matrix towards 1.
-POLAR_EXPRESS = (
-    (8.156554524902461, -22.48329292557795, 15.878769915207462),
-    (4.042929935166739, -2.808917465908714, 0.5000178451051316),
-    (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
-    (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
-    (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
-)
-
-
-def orthogonalize(G):
-    """The nearest semi-orthogonal matrix to each G[..., :, :], roughly, in bf16 (Polar Express)."""
-    X = G.bfloat16()
-    wide = X.size(-2) <= X.size(-1)
-    if not wide:
-        X = X.mT
-    X = X / (1.02 * X.norm(dim=(-2, -1), keepdim=True) + 1e-6)  # singular values below 1, bf16 rounding too
-    for a, b, c in POLAR_EXPRESS:
-        A = X @ X.mT
-        X = a * X + (b * A + c * A @ A) @ X
-    return X if wide else X.mT
-
-
-def normalize_neurons(X, second_moment, beta=0.9):
-    """NorMuon: divide each neuron's row of X (a column, for a wide matrix) by the root of its running mean
-    square, then give X back its Frobenius norm. Orthogonalisation leaves some neurons with much larger
-    updates than others; this evens them out. second_moment is updated in place."""
-    rows, cols = X.shape[-2:]
-    X = X.float()
-    second_moment.lerp_(X.square().mean(dim=-1 if rows >= cols else -2, keepdim=True), 1 - beta)
-    Y = X * second_moment.clamp_min(1e-30).rsqrt()
-    return Y * (X.norm(dim=(-2, -1), keepdim=True) / Y.norm(dim=(-2, -1), keepdim=True).clamp_min(1e-30))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -2514,6 +2099,422 @@ def main(argv):
         if dist.is_initialized():
             dist.destroy_process_group()
     return 0
+
+
+# ----------------------------------------------------------------------------------------------------
+# Kernels: attention over packed documents, the head's loss and its FP8 matmuls, orthogonalisation for NorMuon
+
+def attention(q, k, v, seqs, window, scale):
+    """Causal attention inside each sequence of a packed batch, each query seeing its last `window` keys.
+
+    q, k, v: (tokens, heads, head_dim); seqs: the batch's SequenceBoundaries. On CUDA this is
+    FlashAttention through PyTorch's varlen_attn; elsewhere a dense masked product (tests, smoke run, and the
+    float32 reference of the GPU tests, as FlashAttention takes 16-bit inputs only).
+    """
+    if q.is_cuda and q.dtype == torch.bfloat16:
+        cu, n = seqs.cu_seqlens, seqs.max_len
+        return varlen_attn(q, k, v, cu, cu, n, n, scale=scale, window_size=(window - 1, 0))
+    return dense_attention(q, k, v, seqs.cu_seqlens, window, scale)
+
+
+def dense_attention(q, k, v, cu_seqlens, window, scale):
+    pos = torch.arange(q.size(0), device=q.device)
+    seq_id = torch.searchsorted(cu_seqlens[1:], pos, right=True)
+    distance = pos[:, None] - pos[None, :]
+    mask = (seq_id[:, None] == seq_id[None, :]) & (distance >= 0) & (distance < window)
+    q, k, v = (t.transpose(0, 1) for t in (q, k, v))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale).transpose(0, 1)
+
+
+# Logits are soft-capped to (0, SOFTCAP): SOFTCAP * sigmoid((logit + SOFTCAP_SHIFT) / SOFTCAP_WIDTH). The shift
+# makes the cap asymmetric: a zero logit lands at 15.4 of 23, not at the middle (the public record's #54).
+SOFTCAP, SOFTCAP_SHIFT, SOFTCAP_WIDTH = 23.0, 5.0, 7.5
+
+
+def softcap(logits):
+    return SOFTCAP * torch.sigmoid((logits.float() + SOFTCAP_SHIFT) / SOFTCAP_WIDTH)
+
+
+def softcapped_cross_entropy(logits, targets, weights):
+    """Several targets per row from soft-capped logits: row i is scored against targets[i, k] (see Head:
+    tokens further on, the next token's prefix token; -1 for none) with the loss weights weights[k].
+    Returns the summed next-token cross-entropy (targets[:, 0], the loss to report) and the gradient of the
+    whole weighted objective, sum_k weights[k] * CE(targets[:, k]), with respect to the raw logits, in
+    float32. The FP8 head (Hopper) uses the Triton kernels below instead; this is the path without FP8
+    (CPU, older GPUs) and those kernels' reference.
+
+    Soft-capping bounds every logit to (0, SOFTCAP), so exp() cannot overflow in float32 and the
+    log-sum-exp needs no running maximum.
+    """
+    capped = softcap(logits)
+    grad = torch.exp(capped)  # turned into the gradient in place: one logits-sized buffer fewer
+    row_sums = grad.sum(dim=1, keepdim=True)
+    present = targets >= 0
+    loss = (torch.log(row_sums) - capped.gather(1, targets[:, :1].long())).sum()
+    target_weights = torch.where(present, weights.float(), 0.0)
+    grad.mul_(target_weights.sum(dim=1, keepdim=True) / row_sums)
+    grad.scatter_add_(1, targets.clamp(min=0).long(), -target_weights)
+    # d(capped)/d(logits) = SOFTCAP * sigmoid * (1 - sigmoid) / SOFTCAP_WIDTH
+    return loss, grad.mul_((SOFTCAP - capped).mul_(capped).div_(SOFTCAP * SOFTCAP_WIDTH))
+
+
+HEAD_W_SCALE, HEAD_GRAD_SCALE = 2**-9, 1 / 448  # the FP8 head's fixed scales (see HeadLoss)
+# The loss kernels' tiles (rows and columns a program holds at once) and warps, the fastest of those tried on
+# an H200 (docs/performance.md): the row sums sweep the vocabulary; the gradient's grid has one program a tile
+CE_TILES = dict(sums=dict(ROWS=4, COLS=1024, num_warps=4), gradient=dict(ROWS=64, COLS=128, num_warps=8))
+
+if triton is not None:
+
+    @triton.jit
+    def capped_logits(z, CAP: tl.constexpr, SHIFT: tl.constexpr, WIDTH: tl.constexpr):
+        """softcap(z) in float32, its sigmoid as (1 + tanh(u / 2)) / 2 with the GPU's one-instruction tanh.
+        The loss kernels are bound by the special-function units as much as by memory, and this is one such
+        operation per logit where sigmoid's exp and division are two (on an H200 the pair of kernels took 4.5
+        ms at 49,152 x 50,304 against 5.6 ms). tanh.approx is within 2^-11 of tanh: about 6 bytes in 100,000 of
+        the e5m2 gradient differ from the reference formula's, by one rounding step (2 in 1,000,000 with
+        sigmoid), and the loss by 1e-7."""
+        u = (z.to(tl.float32) + SHIFT) * (0.5 / WIDTH)
+        tanh = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [u], dtype=tl.float32, is_pure=True,
+                                         pack=1)
+        return (0.5 * CAP) * (1 + tanh)
+
+    @triton.jit
+    def cross_entropy_sums_kernel(logits_ptr, targets_ptr, sums_ptr, losses_ptr, T, V: tl.constexpr,
+                                  K: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr,
+                                  CAP: tl.constexpr, SHIFT: tl.constexpr, WIDTH: tl.constexpr):
+        """For ROWS rows of logits: the sum of exp(capped) over the vocabulary and the next-token loss
+        log(sum) - capped[target] (the first of each row's K targets, always present)."""
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        row_in = rows < T
+        row_starts = logits_ptr + rows.to(tl.int64) * V
+        acc = tl.zeros([ROWS, COLS], dtype=tl.float32)
+        for start in range(0, V, COLS):
+            cols = start + tl.arange(0, COLS)
+            inside = row_in[:, None] & (cols < V)[None, :]
+            z = tl.load(row_starts[:, None] + cols[None, :], mask=inside, other=0.0)
+            acc += tl.where(inside, tl.exp(capped_logits(z, CAP, SHIFT, WIDTH)), 0.0)
+        row_sums = tl.sum(acc, axis=1)
+        targets = tl.load(targets_ptr + rows * K, mask=row_in, other=0)
+        target_capped = capped_logits(tl.load(row_starts + targets, mask=row_in, other=0.0), CAP, SHIFT, WIDTH)
+        tl.store(sums_ptr + rows, row_sums, mask=row_in)
+        tl.store(losses_ptr + rows, tl.log(row_sums) - target_capped, mask=row_in)
+
+    @triton.jit
+    def cross_entropy_gradient_kernel(logits_ptr, targets_ptr, weights_ptr, sums_ptr, grad_ptr, grad_t_ptr, T,
+                                      inverse_grad_scale, V: tl.constexpr, K: tl.constexpr,
+                                      ROWS: tl.constexpr, COLS: tl.constexpr,
+                                      CAP: tl.constexpr, SHIFT: tl.constexpr, WIDTH: tl.constexpr):
+        """One (ROWS, COLS) tile of the gradient of sum_k weights[k] * CE(targets[:, k]) with respect to the
+        raw logits, from the row sums, divided by the gradient's scale, in e5m2, written row-major and
+        transposed."""
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        cols = tl.program_id(1) * COLS + tl.arange(0, COLS)
+        row_in = rows < T
+        inside = row_in[:, None] & (cols < V)[None, :]
+        weight_sums = tl.zeros([ROWS], dtype=tl.float32)
+        target_mass = tl.zeros([ROWS, COLS], dtype=tl.float32)
+        for k in tl.static_range(K):
+            target_k = tl.load(targets_ptr + rows * K + k, mask=row_in, other=-1)
+            weight_k = tl.load(weights_ptr + k)
+            weight_sums += tl.where(target_k >= 0, weight_k, 0.0)
+            target_mass += tl.where(cols[None, :] == target_k[:, None], weight_k, 0.0)
+        scales = weight_sums / tl.load(sums_ptr + rows, mask=row_in, other=1.0)
+        z = tl.load(logits_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :], mask=inside, other=0.0)
+        capped = capped_logits(z, CAP, SHIFT, WIDTH)
+        slope = capped * (CAP - capped) * (inverse_grad_scale / (CAP * WIDTH))  # d capped / d z, scaled
+        grad = (tl.exp(capped) * scales[:, None] - target_mass) * slope
+        grad = grad.to(tl.float8e5, fp_downcast_rounding="rtne")  # round to nearest, as torch's casts do
+        tile = grad_ptr + rows.to(tl.int64)[:, None] * V + cols[None, :]
+        tl.store(tile, grad, mask=inside)
+        # The transposed copy is read back from the tile just written (the barrier makes the whole tile's
+        # stores visible to every thread): stored straight from registers, with Triton 3.6 on an H100, every
+        # fourth vocabulary row of it came out wrong.
+        tl.debug_barrier()
+        grad = tl.load(tile, mask=inside)
+        tl.store(grad_t_ptr + cols.to(tl.int64)[:, None] * T + rows[None, :], tl.trans(grad), mask=tl.trans(inside))
+
+
+@torch.library.custom_op("train_gpt::softcapped_cross_entropy_fp8", mutates_args=())
+def softcapped_cross_entropy_fp8(logits: torch.Tensor, targets: torch.Tensor,
+                                 weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """softcapped_cross_entropy's loss, and its gradient divided by HEAD_GRAD_SCALE in e5m2, twice: row-major
+    for x's gradient and transposed for w's (_scaled_mm takes FP8 operands only as row-major times
+    column-major). Two Triton kernels: the row sums, then the gradient tile by tile, each tile written in both
+    layouts while it is in cache. Elsewhere (CPU tests) the reference formula, cast and transposed.
+
+    An opaque operator to torch.compile, so the kernels are built by Triton as in eager mode (Inductor's
+    own build of such a kernel failed in Triton's LLVM lowering on torch 2.11)."""
+    if not logits.is_cuda:
+        loss, grad = softcapped_cross_entropy(logits, targets, weights)
+        grad = (grad / HEAD_GRAD_SCALE).to(torch.float8_e5m2)
+        return loss, grad, grad.T.contiguous()
+    (T, V), K = logits.shape, targets.size(1)
+    targets = targets.contiguous()  # the kernels index row * K + k
+    sums, losses = (torch.empty(T, dtype=torch.float32, device=logits.device) for _ in range(2))
+    grad = torch.empty(T, V, dtype=torch.float8_e5m2, device=logits.device)
+    grad_t = torch.empty(V, T, dtype=torch.float8_e5m2, device=logits.device)
+    cap = dict(CAP=SOFTCAP, SHIFT=SOFTCAP_SHIFT, WIDTH=SOFTCAP_WIDTH)
+    tile = CE_TILES["sums"]
+    cross_entropy_sums_kernel[(triton.cdiv(T, tile["ROWS"]),)](logits, targets, sums, losses, T, V=V, K=K,
+                                                               **tile, **cap)
+    tile = CE_TILES["gradient"]
+    cross_entropy_gradient_kernel[(triton.cdiv(T, tile["ROWS"]), triton.cdiv(V, tile["COLS"]))](
+        logits, targets, weights, sums, grad, grad_t, T, 1 / HEAD_GRAD_SCALE, V=V, K=K, **tile, **cap)
+    return losses.sum(), grad, grad_t
+
+
+@softcapped_cross_entropy_fp8.register_fake
+def _(logits, targets, weights):
+    T, V = logits.shape
+    return (logits.new_empty((), dtype=torch.float32), logits.new_empty(T, V, dtype=torch.float8_e5m2),
+            logits.new_empty(V, T, dtype=torch.float8_e5m2))
+
+
+def to_e4m3(t, scale):
+    """t / scale in float8 e4m3, clamped to its range (448) rather than cast out of it."""
+    return (t.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+
+
+def normed_e4m3(x):
+    """An RMS-normalised x in float8 e4m3 at the fixed scale sqrt(dim) / 448 (|x| <= sqrt(dim)), which needs
+    no pass over the data to find its range; and that scale. The head's and the MLP's input."""
+    scale = x.size(-1) ** 0.5 / 448
+    return to_e4m3(x, scale), scale
+
+
+class HeadLoss(torch.autograd.Function):
+    """The summed soft-capped cross-entropy of the logits x @ w.T.
+
+    The logits' gradient is computed in the forward pass, while the logits are at hand (the loss is
+    always the quantity differentiated, so only a scalar factor is left for the backward pass); what
+    is kept for the backward pass is that gradient, not the logits.
+
+    With fp8 (Hopper), both matmuls run in float8: x and w in e4m3, the gradient in e5m2, at fixed
+    scales, which cost no extra pass over the data. They fit here: x is RMS-normalised, so
+    |x| <= sqrt(model_dim); the gradient of a logit lies within the sum of the loss weights (2 at most, see
+    Head) of 0, far inside e5m2's range at that scale; and the head's weights start at 0.005 std, far
+    below 448 * HEAD_W_SCALE = 0.875 (not checked during training: a larger weight would saturate at that
+    value, not overflow).
+    """
+
+    @staticmethod
+    def forward(ctx, x, w, targets, weights, fp8):
+        ctx.fp8 = fp8
+        if not fp8:
+            w = w.type_as(x)
+            loss, grad = softcapped_cross_entropy(x @ w.T, targets, weights)
+            ctx.save_for_backward(x, w, grad.type_as(x))
+            return loss
+        x8, ctx.x_scale = normed_e4m3(x)
+        w8 = to_e4m3(w, HEAD_W_SCALE)
+        logits = torch._scaled_mm(x8, w8.T, scale_a=scalar(ctx.x_scale, x), scale_b=scalar(HEAD_W_SCALE, x),
+                                  out_dtype=torch.bfloat16)
+        loss, grad, grad_t = softcapped_cross_entropy_fp8(logits, targets, weights)
+        ctx.save_for_backward(x8, w8, grad, grad_t)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        if not ctx.fp8:
+            x, w, grad = ctx.saved_tensors
+            grad = grad * grad_loss.type_as(grad)
+            return grad @ w, grad.T @ x, None, None, None  # autograd casts w's gradient to w's dtype
+        x, w, grad, grad_t = ctx.saved_tensors
+        x_scale = scalar(ctx.x_scale, grad)
+        grad_scale = grad_loss.float() * HEAD_GRAD_SCALE
+        # _scaled_mm wants its first operand row-major and its second column-major
+        grad_x = torch._scaled_mm(grad, w.T.contiguous().T, scale_a=grad_scale, scale_b=scalar(HEAD_W_SCALE, grad),
+                                  out_dtype=torch.bfloat16)
+        grad_w = torch._scaled_mm(grad_t, x.T.contiguous().T, scale_a=grad_scale, scale_b=x_scale,
+                                  out_dtype=torch.float32)
+        return grad_x, grad_w, None, None, None
+
+
+def scalar(value, like):
+    """A float32 scalar tensor on `like`'s device: _scaled_mm takes its scales so."""
+    return torch.tensor(value, dtype=torch.float32, device=like.device)
+
+
+# The fused MLP kernel's tile (rows, columns, reduction), warps, pipeline stages and row-tiles per group, by
+# operand type: the fastest at 48K tokens of those benchmarks/mlp_kernel.py tried on an H100 (the kernel before
+# TMA), and of the persistent TMA kernel's on an H200
+MLP_TILES = {
+    torch.bfloat16: dict(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, GROUP=8),
+    torch.float8_e4m3fn: dict(BM=128, BN=256, BK=128, num_warps=8, num_stages=3, GROUP=8),
+}
+
+if triton is not None:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    @triton.jit
+    def relu_square_epilogue(acc, out_desc, post_desc, row, col, BACKWARD: tl.constexpr):
+        """The activation (forward) or its derivative (backward) applied to a finished accumulator, stored."""
+        if BACKWARD:
+            acc = acc * 2 * tl.sqrt(post_desc.load([row, col]).to(tl.float32))
+        else:
+            acc = tl.maximum(acc, 0.0)
+            acc = acc * acc
+        out_desc.store([row, col], acc.to(out_desc.dtype))
+
+    @triton.jit
+    def relu_square_matmul_kernel(a_desc, b_desc, out_desc, post_desc, scale_ptr, M, programs, N: tl.constexpr,
+                                  K: tl.constexpr, B_ROWS_N: tl.constexpr, BACKWARD: tl.constexpr,
+                                  SCALED: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                                  GROUP: tl.constexpr):
+        """(BM, BN) tiles of a @ b with the MLP's activation applied as each tile is written, so that the
+        4x-wide activation makes no extra round trip through memory. a: (M, K); b: (N, K) if B_ROWS_N, else
+        (K, N); out and post: (M, N); all row-major, read and written by TMA (rows past M: zeros read,
+        nothing written); N and K multiples of BN and BK.
+        Forward: out = relu(a @ b)^2. Backward (a the output's gradient, b the output projection, post the
+        forward's out): out = (a @ b) * 2 sqrt(post), the pre-activation's gradient, as relu = sqrt(post).
+        SCALED: a and b are FP8, a @ b is multiplied by the product of their scales, at scale_ptr.
+        Persistent: each of `programs` programs takes every programs-th tile, its loop over tiles and K
+        flattened into one software pipeline, so the next tile's loads run during this one's epilogue; the
+        epilogue works on two (BM, BN / 2) halves, which keeps its registers and staging memory small."""
+        tiles_m, tiles_n = tl.cdiv(M, BM), N // BN
+        for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, programs, flatten=True):
+            # GROUP row-tiles in a row take every column tile in turn: b's columns are reused from L2
+            group_start = tile // (GROUP * tiles_n) * GROUP
+            group_rows = min(tiles_m - group_start, GROUP)
+            row = (group_start + tile % group_rows) * BM
+            col = tile % (GROUP * tiles_n) // group_rows * BN
+            acc = tl.zeros((BM, BN), dtype=tl.float32)
+            for k in range(0, K, BK):
+                b = b_desc.load([col, k]).T if B_ROWS_N else b_desc.load([k, col])
+                acc = tl.dot(a_desc.load([row, k]), b, acc)
+            if SCALED:
+                acc = acc * tl.load(scale_ptr)
+            left, right = tl.split(acc.reshape(BM, 2, BN // 2).permute(0, 2, 1))
+            relu_square_epilogue(left, out_desc, post_desc, row, col, BACKWARD)
+            relu_square_epilogue(right, out_desc, post_desc, row, col + BN // 2, BACKWARD)
+
+
+@functools.cache
+def multiprocessors(device):
+    """The GPU's streaming multiprocessors: as many programs as the persistent kernels run (4 on the CPU, in
+    Triton's interpreter)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
+def relu_square_matmul(a, b, post=None, scale=None, out_dtype=None):
+    """relu_square_matmul_kernel over the whole product: relu(a @ b)^2, or with post, (a @ b) * 2 sqrt(post);
+    with scale (FP8 a and b), a @ b times scale first. b: (K, N), row-major or the transpose of a row-major
+    (N, K) (an nn.Linear's weight, .T)."""
+    (M, K), N = a.shape, b.size(1)
+    tile = MLP_TILES[a.dtype]
+    BM, BN, BK = tile["BM"], tile["BN"], tile["BK"]
+    rows_n = b.stride(0) == 1
+    out = torch.empty(M, N, dtype=out_dtype or a.dtype, device=a.device)
+    a_desc = TensorDescriptor.from_tensor(a.contiguous(), [BM, BK])
+    b_desc = TensorDescriptor.from_tensor(b.T, [BN, BK]) if rows_n else TensorDescriptor.from_tensor(b, [BK, BN])
+    out_desc = TensorDescriptor.from_tensor(out, [BM, BN // 2])
+    # the forward reads no post, the bf16 kernel no scale: any descriptor and pointer will do
+    post_desc = out_desc if post is None else TensorDescriptor.from_tensor(post, [BM, BN // 2])
+    programs = min(multiprocessors(a.device), triton.cdiv(M, BM) * (N // BN))
+    relu_square_matmul_kernel[(programs,)](a_desc, b_desc, out_desc, post_desc, out if scale is None else scale, M,
+                                           programs, N=N, K=K, B_ROWS_N=rows_n, BACKWARD=post is not None,
+                                           SCALED=scale is not None, **tile)
+    return out
+
+
+def fused_mlp_kernels(a, b):
+    """Whether a @ b (the MLP's) runs on the Triton kernel: bf16 or FP8 on a GPU with TMA (Hopper on), in
+    whole tiles of N and K. Elsewhere (CPU tests, the float32 model of a GPU test, odd widths, older GPUs) the
+    same formulas in PyTorch."""
+    tile = MLP_TILES.get(a.dtype)
+    return (triton is not None and a.is_cuda and tile is not None and a.size(1) % tile["BK"] == 0
+            and b.size(1) % tile["BN"] == 0 and torch.cuda.get_device_capability(a.device) >= (9, 0))
+
+
+@torch.library.custom_op("train_gpt::relu_square_linear", mutates_args=())
+def relu_square_linear(x: torch.Tensor, w: torch.Tensor, scale: Optional[torch.Tensor]) -> torch.Tensor:
+    """relu(x @ w.T)^2, the MLP's hidden activation; with scale, x and w are FP8 and x @ w.T is multiplied by
+    scale, the product of their scales, and the activation is bf16. An operator opaque to torch.compile, as
+    the head's."""
+    if not fused_mlp_kernels(x, w.T):
+        if scale is None:
+            return F.relu(F.linear(x, w)).square()
+        return F.relu(F.linear(x.float(), w.float()) * scale).square().bfloat16()
+    return relu_square_matmul(x, w.T, scale=scale, out_dtype=None if scale is None else torch.bfloat16)
+
+
+@relu_square_linear.register_fake
+def _(x, w, scale):
+    return x.new_empty(x.size(0), w.size(0), dtype=x.dtype if scale is None else torch.bfloat16)
+
+
+@torch.library.custom_op("train_gpt::relu_square_linear_backward", mutates_args=())
+def relu_square_linear_backward(grad_out: torch.Tensor, w: torch.Tensor, post: torch.Tensor) -> torch.Tensor:
+    """The gradient of relu_square_linear's input product, from the gradient of the output projection
+    grad_out @ w (w: the projection's weight) and the activation post it produced."""
+    if not fused_mlp_kernels(grad_out, w):
+        return (grad_out @ w) * 2 * post.sqrt()
+    return relu_square_matmul(grad_out, w, post)
+
+
+@relu_square_linear_backward.register_fake
+def _(grad_out, w, post):
+    return torch.empty_like(post)
+
+
+class ReluSquareMLP(torch.autograd.Function):
+    """relu(x @ fc.T)^2 @ proj.T, the activation applied inside the matmuls' kernels both ways. What is kept
+    for the backward pass is the activation relu(.)^2 alone: relu(.) is its square root.
+
+    With fp8 (Hopper, the public record's #84), x @ fc.T runs in float8 e4m3: x at the fixed scale
+    sqrt(dim) / 448, as x is RMS-normalised (|x| <= sqrt(dim)); fc at amax(|fc|) / 448, taken afresh at every
+    call. The backward pass stays in bf16, and MLP validates without FP8."""
+
+    @staticmethod
+    def forward(ctx, x, fc, proj, fp8):
+        if fp8:
+            (x8, x_scale), fc_scale = normed_e4m3(x), fc.detach().abs().amax().float() / 448
+            post = relu_square_linear(x8, to_e4m3(fc, fc_scale), x_scale * fc_scale)
+        else:
+            post = relu_square_linear(x, fc, None)
+        ctx.save_for_backward(x, fc, proj, post)
+        return F.linear(post, proj)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, fc, proj, post = ctx.saved_tensors
+        grad_pre = relu_square_linear_backward(grad_out, proj, post)
+        return grad_pre @ fc, grad_pre.T @ x, grad_out.T @ post, None
+
+
+# Polar Express (Amsel et al., 2025): five odd quintics a x + b x^3 + c x^5, each fitted to the singular
+# values the steps before it leave, drive every singular value of a normalised matrix towards 1.
+POLAR_EXPRESS = (
+    (8.156554524902461, -22.48329292557795, 15.878769915207462),
+    (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+    (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+    (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+    (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
+)
+
+
+def orthogonalize(G):
+    """The nearest semi-orthogonal matrix to each G[..., :, :], roughly, in bf16 (Polar Express)."""
+    X = G.bfloat16()
+    wide = X.size(-2) <= X.size(-1)
+    if not wide:
+        X = X.mT
+    X = X / (1.02 * X.norm(dim=(-2, -1), keepdim=True) + 1e-6)  # singular values below 1, bf16 rounding too
+    for a, b, c in POLAR_EXPRESS:
+        A = X @ X.mT
+        X = a * X + (b * A + c * A @ A) @ X
+    return X if wide else X.mT
+
+
+def normalize_neurons(X, second_moment, beta=0.9):
+    """NorMuon: divide each neuron's row of X (a column, for a wide matrix) by the root of its running mean
+    square, then give X back its Frobenius norm. Orthogonalisation leaves some neurons with much larger
+    updates than others; this evens them out. second_moment is updated in place."""
+    rows, cols = X.shape[-2:]
+    X = X.float()
+    second_moment.lerp_(X.square().mean(dim=-1 if rows >= cols else -2, keepdim=True), 1 - beta)
+    Y = X * second_moment.clamp_min(1e-30).rsqrt()
+    return Y * (X.norm(dim=(-2, -1), keepdim=True) / Y.norm(dim=(-2, -1), keepdim=True).clamp_min(1e-30))
 
 
 if __name__ == "__main__":
