@@ -1940,12 +1940,52 @@ class Precompiler:
             dist.barrier()
 
 
-def train(args, rank, world_size, device, log, startup):
-    """The run: start-up (its phases' seconds added to `startup`), training, validation, the final lines."""
+@dataclass
+class Run:
+    """A run's parts, which set_up makes and warm_up and train_loop use: its data, its model, its optimizers."""
+    args: Hyperparameters
+    rank: int
+    world_size: int
+    device: torch.device
+    shapes: list  # each row of TRAINING_STAGES's BatchShape on this rank
+    train_source: "TrainSource"
+    val_source: "ValSource"
+    train_loader: "PrefetchLoader"
+    val_loader: "PrefetchLoader"
+    model: "GPT"
+    optimizers: Optional[Optimizers] = None  # warm_up's
+
+    @property
+    def cuda(self):
+        return self.device.type == "cuda"
+
+    def train_step(self, step):
+        """Queue training step `step` on its batch; returns its loss (a device scalar)."""
+        batch = self.train_loader.send(self.shapes[stage_index(step, self.args)])
+        return train_step(self.model, batch, self.optimizers, step, self.args, self.world_size)
+
+    @torch.no_grad()
+    def evaluate(self, step, num_batches=None, bar=None):
+        """The validation loss per token with step `step`'s windows; num_batches: fewer than this rank's share."""
+        args, model = self.args, self.model
+        loss, windows = torch.zeros((), device=self.device), stretch_and_windows(model, step, args)
+        for _ in range(self.val_source.batches_for_rank(self.rank) if num_batches is None else num_batches):
+            (micro,) = self.val_loader.send(BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1))
+            loss += model(micro, windows)
+            if bar is not None:
+                bar.update()
+        if self.world_size > 1:
+            dist.all_reduce(loss)
+        return loss.item() / args.val_tokens
+
+
+def set_up(args, rank, world_size, device, log, startup):
+    """The run's data, then the compile cache (on a cold one, helper processes that compile the later batch
+    shapes: Precompiler), then its model; each phase's seconds go into `startup`. Returns the Run and the
+    Precompiler (None without helpers)."""
     cuda = device.type == "cuda"
     shapes = [train_shape(args, world_size, stage) for stage in TRAINING_STAGES]  # every stage's sizes checked now
     val_shape = BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
-
     clock = time.perf_counter()  # the data first: a bad shard stops the run before any helper process starts
     train_source = TrainSource(args.train_files, rank, world_size, args.repeat_train_files, pin_memory=cuda,
                                vocab_size=args.vocab_size, ngram_rows=args.ngram_rows)
@@ -1962,111 +2002,133 @@ def train(args, rank, world_size, device, log, startup):
     clock = time.perf_counter()
     model = build_model(args, device, world_size)
     startup["model"] = time.perf_counter() - clock
+    run = Run(args, rank, world_size, device, shapes, train_source, val_source, train_loader, val_loader, model)
+    return run, precompiler
 
-    def step_batch(step):
-        return train_loader.send(shapes[stage_index(step, args)])
 
-    @torch.no_grad()
-    def evaluate(step, num_batches=val_source.batches_for_rank(rank), bar=None):
-        loss, windows = torch.zeros((), device=device), stretch_and_windows(model, step, args)
-        for _ in range(num_batches):
-            (micro,) = val_loader.send(val_shape)
-            loss += model(micro, windows)
-            if bar is not None:
-                bar.update()
-        if world_size > 1:
-            dist.all_reduce(loss)
-        return loss.item() / args.val_tokens
-
-    # Compile and warm up on real batches of every batch shape of the run (the first steps of each stage
-    # with a new shape), untimed; then undo its effects.
+def warm_up(run, precompiler, startup):
+    """Compile and warm up on real batches of every batch shape of the run (the first steps of each stage with a
+    new shape), untimed; then undo its effects: the initial weights, zero gradients, the tie, fresh optimizers,
+    both loaders rewound. Each phase's seconds go into `startup`."""
+    args, model = run.args, run.model
     initial_state = {k: v.clone() for k, v in model.state_dict().items()}
-    optimizers = make_optimizers(model, args, world_size)
-    for i, steps in warm_up_steps(args, shapes).items():
+    run.optimizers = make_optimizers(model, args, run.world_size)
+    for i, steps in warm_up_steps(args, run.shapes).items():
         clock = time.perf_counter()
         if precompiler is not None:
-            precompiler.wait(i, world_size)
+            precompiler.wait(i, run.world_size)
         for step in steps:
-            train_step(model, step_batch(step), optimizers, step, args, world_size).item()
+            run.train_step(step).item()
         startup[f"warm-up stage {i}"] = time.perf_counter() - clock
-    if args.warmup_steps:
-        clock = time.perf_counter()
-        if precompiler is not None:
-            precompiler.wait(None, world_size)
-        evaluate(0, num_batches=min(1, val_source.batches_for_rank(rank)))  # compiles the validation shape
-        startup["validation warm-up"] = time.perf_counter() - clock
-        if cuda and args.compile_cache and rank == 0:
-            save_compile_cache(args.compile_cache)
-        model.load_state_dict(initial_state)
-        model.zero_grad(set_to_none=False)  # Adam keeps its gradients over even steps: the warm-up may end on one
-        model.tied = True  # the warm-up may have passed the untie step
-        model.ngram.table.zero_()  # no state_dict's: see NgramTable
-        optimizers = make_optimizers(model, args, world_size)
-        train_loader.restart(train_source.start)
-        val_loader.restart(val_source.start)
-    startup["total"] = time.perf_counter() - PROCESS_START
-    log("startup: " + ", ".join(f"{k} {v:.1f}s" for k, v in startup.items()))
+    if not args.warmup_steps:
+        return
+    clock = time.perf_counter()
+    if precompiler is not None:
+        precompiler.wait(None, run.world_size)
+    run.evaluate(0, num_batches=min(1, run.val_source.batches_for_rank(run.rank)))  # compiles the validation shape
+    startup["validation warm-up"] = time.perf_counter() - clock
+    if run.cuda and args.compile_cache and run.rank == 0:
+        save_compile_cache(args.compile_cache)
+    model.load_state_dict(initial_state)
+    model.zero_grad(set_to_none=False)  # Adam keeps its gradients over even steps: the warm-up may end on one
+    model.tied = True  # the warm-up may have passed the untie step
+    model.ngram.table.zero_()  # no state_dict's: see NgramTable
+    run.optimizers = make_optimizers(model, args, run.world_size)
+    run.train_loader.restart(run.train_source.start)
+    run.val_loader.restart(run.val_source.start)
 
-    N = total_steps(args)
-    training_time, val_loss = 0.0, float("nan")
-    tail = TailAverage(model, args)
 
-    def timed(step):
-        return f"train_time:{1000 * training_time:.1f}ms step_avg:{1000 * training_time / max(step, 1):.2f}ms"
+class StepClock:
+    """The training time, which runs while steps run and stops for validation, and the step in flight: its loss
+    is read, and the step timed, checked and logged, once the next step is queued, so that the device never
+    idles while the host reads a loss."""
 
-    progress = log.bar(N, "train", "step")
-    in_flight = None  # the last queued step, its loss not read yet: (its number, its DeferredLoss)
+    def __init__(self, total_steps, log):
+        self.total_steps, self.log = total_steps, log
+        self.training_time, self.in_flight = 0.0, None  # in flight: (the step's number from 1, its DeferredLoss)
+        self.progress = log.bar(total_steps, "train", "step")
+        self.restart()
 
-    def finish_step():
-        """Wait for the step in flight to end on the device, then time, check and log it. Called once the
-        next step is queued, so that the device never idles while the host reads a loss."""
-        nonlocal training_time, clock, in_flight
-        (number, loss), in_flight = in_flight, None
+    def restart(self):
+        """Start the clock (again, after a validation)."""
+        self.started = time.perf_counter()
+
+    def timed(self, step):
+        return (f"train_time:{1000 * self.training_time:.1f}ms "
+                f"step_avg:{1000 * self.training_time / max(step, 1):.2f}ms")
+
+    def queued(self, step, loss):
+        """Step `step` is queued, its loss a DeferredLoss: the step before it can be finished."""
+        self.finish()
+        self.in_flight = (step + 1, loss)
+
+    def finish(self):
+        """Wait for the step in flight (if any) to end on the device, then time, check and log it."""
+        if self.in_flight is None:
+            return
+        (number, loss), self.in_flight = self.in_flight, None
         train_loss = loss.read()
         now = time.perf_counter()
-        step_time, training_time, clock = now - clock, training_time + now - clock, now
+        step_time, self.started = now - self.started, now
+        self.training_time += step_time
         if not math.isfinite(train_loss):
             raise UserError(f"training loss is {train_loss} at step {number}; stopping")
-        log(f"step:{number}/{N} train_loss:{train_loss:.4f} {timed(number)}", echo=progress is None)
+        progress = self.progress
+        self.log(f"step:{number}/{self.total_steps} train_loss:{train_loss:.4f} {self.timed(number)}",
+                 echo=progress is None)
         if progress is not None:
             progress.set_postfix_str(f"loss {train_loss:.4f}, {1000 * step_time:.0f} ms/step", refresh=False)
             progress.update()
 
-    clock, step = time.perf_counter(), 0
+    def close(self):
+        if self.progress is not None:
+            self.progress.close()
+
+
+def train_loop(run, log):
+    """The timed steps, with validation at step 0, every val_loss_every steps and at the end (the clock
+    stopped), the weight average's blend before the last one (TailAverage), then the final lines."""
+    args, N = run.args, total_steps(run.args)
+    tail, clock = TailAverage(run.model, args), StepClock(N, log)
+    val_loss, step = float("nan"), 0
     try:
         for step in range(N + 1):
             if step == N:
                 tail.apply()
-                if cuda:
-                    torch.cuda.synchronize()  # on the clock, as the last step's: finish_step waits for its loss only
+                if run.cuda:
+                    torch.cuda.synchronize()  # on the clock, as the last step's: finish() waits for its loss only
             if step in (0, N) or (args.val_loss_every and step % args.val_loss_every == 0):
-                if in_flight is not None:
-                    finish_step()
-                val_bar = log.bar(val_source.batches_for_rank(rank), "validation", "batch", leave=False)
-                val_loss = evaluate(step, bar=val_bar)  # the clock is stopped: it restarts below
+                clock.finish()
+                val_bar = log.bar(run.val_source.batches_for_rank(run.rank), "validation", "batch", leave=False)
+                val_loss = run.evaluate(step, bar=val_bar)
                 if val_bar is not None:
                     val_bar.close()
-                log(f"step:{step}/{N} val_loss:{val_loss:.4f} {timed(step)}")
-                clock = time.perf_counter()
+                log(f"step:{step}/{N} val_loss:{val_loss:.4f} {clock.timed(step)}")
+                clock.restart()
             if step == N:
                 break
-            loss = DeferredLoss(train_step(model, step_batch(step), optimizers, step, args, world_size))
+            loss = DeferredLoss(run.train_step(step))
             tail.update(step)
-            if in_flight is not None:
-                finish_step()
-            in_flight = (step + 1, loss)
-            if not cuda:  # the step ran on this thread: nothing would overlap, and its time would go to the next
-                finish_step()
+            clock.queued(step, loss)
+            if not run.cuda:  # the step ran on this thread: nothing would overlap, and its time would go to the next
+                clock.finish()
     except KeyboardInterrupt:
         raise Interrupted(f"at step {step}") from None
-    if progress is not None:
-        progress.close()
-
-    if cuda:
+    clock.close()
+    if run.cuda:
         log(f"peak_memory: allocated={torch.cuda.max_memory_allocated() // 2**20}MiB "
             f"reserved={torch.cuda.max_memory_reserved() // 2**20}MiB "
             f"alloc_retries={torch.cuda.memory_stats()['num_alloc_retries']}")
-    log(f"final val_loss:{val_loss:.4f} {timed(N)} steps:{N}")
+    log(f"final val_loss:{val_loss:.4f} {clock.timed(N)} steps:{N}")
+
+
+def train(args, rank, world_size, device, log, startup):
+    """The run: set-up and warm-up (their phases' seconds added to `startup`), training and validation."""
+    run, precompiler = set_up(args, rank, world_size, device, log, startup)
+    warm_up(run, precompiler, startup)
+    startup["total"] = time.perf_counter() - PROCESS_START
+    log("startup: " + ", ".join(f"{k} {v:.1f}s" for k, v in startup.items()))
+    train_loop(run, log)
 
 
 def main(argv):
