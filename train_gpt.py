@@ -435,11 +435,11 @@ class Head(nn.Module):
 
     In training, the gradient is that of a weighted sum of losses of the same logits: multi-token prediction
     (the public record's #53) scores them against the next token and the tokens 2, 3, ... places on,
-    mtp_terms targets in all (they run on across documents; past the micro-batch's end there are none); with
-    prefix_term, also against the next token's prefix token (#88: the token of the longest proper prefix of
-    its bytes, from prefix_tokens; none for one-byte tokens). The step's weights are in loss_weights, in
-    that order (set by train_step, on the device so that CUDA graphs read them). The loss returned is the
-    next-token term alone.
+    len(state.mtp) targets in all (they run on across documents; past the micro-batch's end there are none);
+    with a state.prefix weight, also against the next token's prefix token (#88: the token of the longest proper
+    prefix of its bytes, from prefix_tokens; none for one-byte tokens). The step's weights are in loss_weights,
+    in that order (GPT.prepare puts them there, on the device, so that CUDA graphs read them). The loss returned
+    is the next-token term alone.
 
     Given candidates (the micro-batch's sampled softmax, #92), the softmax runs over those rows of the
     vocabulary alone: the logits, their loss kernels and the matmuls shrink to them, and only their rows of the
@@ -452,23 +452,22 @@ class Head(nn.Module):
         self.weight = nn.Parameter(0.005 * torch.randn(vocab_size, dim))
         self.dense = DenseConnections(dim, initial_shares)
         self.fp8 = fp8
-        self.mtp_terms, self.prefix_term = 1, False
         self.register_buffer("prefix_tokens", prefix_tokens.to(self.weight.device), persistent=False)
         most = max(len(stage.mtp) + len(stage.prefix) for stage in TRAINING_STAGES)
         self.register_buffer("loss_weights", torch.ones(most), persistent=False)
 
-    def forward(self, x, sources, targets, candidates=None):
+    def forward(self, x, sources, targets, candidates, state):
         x = rms_norm(self.dense(x, sources))
         if torch.is_grad_enabled():
             weight = self.weight
-            prefix = self.prefix_tokens[targets.long()] if self.prefix_term else None
+            prefix = self.prefix_tokens[targets.long()] if state.prefix else None
             if candidates is not None:  # each token id becomes its row among the candidates, or -1
                 weight = weight[candidates]
                 targets = torch.searchsorted(candidates, targets, out_int32=True)
                 if prefix is not None:
                     row = torch.searchsorted(candidates, prefix, out_int32=True).clamp(max=len(candidates) - 1)
                     prefix = torch.where(candidates[row] == prefix, row, -1)
-            columns = [F.pad(targets[k:], (0, k), value=-1) for k in range(self.mtp_terms)]
+            columns = [F.pad(targets[k:], (0, k), value=-1) for k in range(len(state.mtp))]
             if prefix is not None:
                 columns.append(prefix)
             weights = self.loss_weights[: len(columns)]
@@ -541,7 +540,6 @@ class GPT(nn.Module):
         dim, L = args.model_dim, len(args.layers)
         self.rotary = Rotary(args.head_dim, max_len=max(args.micro_batch_tokens, args.val_seq_tokens))
         self.embed = nn.Embedding(args.vocab_size, dim)  # unused while tied: the head's weight stands in
-        self.tied = True
         self.graphs = None  # on CUDA, build_model's MicroStepGraphs
         self.grad_events = None  # with several ranks, build_model's GradientEvents
         self.smear_gate = CastedLinear(12, 1, zero_init=True)  # how much of the previous token, from e[:12]
@@ -582,27 +580,36 @@ class GPT(nn.Module):
         share = self.smear_lambda * torch.sigmoid(self.smear_gate(e[1:, :12]))
         return torch.cat([e[:1], e[1:] + share * e[:-1]])
 
-    def forward(self, batch, windows):
-        """Summed cross-entropy of one packed micro-batch (a MicroBatch)."""
+    @torch.no_grad()
+    def prepare(self, state):
+        """Put a step's state where the CUDA graphs read it, on the device, before its micro-batches: rotary's
+        stretch and the loss weights. A fill, not a copy from the host: a copy would wait for the GPU."""
+        self.rotary.stretch(state.yarn)
+        for k, weight in enumerate(state.mtp + state.prefix):
+            self.head.loss_weights[k].fill_(weight)
+
+    def forward(self, batch, state):
+        """Summed cross-entropy of one packed micro-batch (a MicroBatch) in a step's StepState, which prepare()
+        has given the device."""
         L, inputs = len(self.blocks), batch.inputs
         value_embeds = [None] * L
         for layer, table in zip(self.value_layers, self.value_embeds):
             value_embeds[layer] = table(inputs)
-        embed = self.head.weight if self.tied else self.embed.weight
+        embed = self.head.weight if state.tied else self.embed.weight
         e = F.embedding(inputs, embed).to(self.embed.weight.dtype)  # bf16 activations on GPU
         x0 = rms_norm(self.smear(e))
         ngram = self.ngram(batch)
         x = x0 + self.ngram_weights[0] * ngram
         entering, saved = x, L - SAVED_RESIDUAL_READERS - 1
         outputs = {}  # of the layers read later: the skip's source, the saved residual, the head's sources
-        for i, (block, window) in enumerate(zip(self.blocks, self.layer_windows(windows))):
+        for i, (block, window) in enumerate(zip(self.blocks, self.layer_windows(state.windows))):
             skip = (outputs[self.skip_from], self.skip_lambda) if i == self.skip_to else None
             layer_ngram = (ngram, self.ngram_weights[i]) if i > 0 else None
             x = block(x, x0, value_embeds[i], skip, layer_ngram, batch.seqs, window, outputs.get(saved))
             if i in (self.skip_from, saved, *self.dense_layers):
                 outputs[i] = x
         sources = [entering, *(outputs[i] for i in self.dense_layers), value_embeds[self.value_layers[0]]]
-        return self.head(x, sources, batch.targets, batch.candidates)
+        return self.head(x, sources, batch.targets, batch.candidates, state)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -982,7 +989,7 @@ class TailAverage:
     Every rank averages its full copy of the parameters, the same on all."""
 
     def __init__(self, model, args):
-        self.model, self.blend = model, args.tail_blend
+        self.model, self.blend, self.untie_step = model, args.tail_blend, untie_step(args)
         self.params = [p for name, p in model.named_parameters() if param_config(name).averaged]
         tail = round(args.tail_frac * total_steps(args))
         self.first_step, self.rate = total_steps(args) - tail, 2 / (tail + 1)
@@ -994,7 +1001,8 @@ class TailAverage:
         if step < self.first_step or not self.blend:
             return
         embed, head = self.model.embed.weight, self.model.head.weight
-        values = [(head if p is embed and self.model.tied else p).float() for p in self.params]
+        tied = step <= self.untie_step
+        values = [(head if p is embed and tied else p).float() for p in self.params]
         if self.averages is None:
             self.averages = [v.clone() for v in values]  # float() of a float32 parameter is the parameter itself
         else:
@@ -1087,6 +1095,33 @@ def loss_weights(step, args):
     t = (step - starts[i]) / (starts[i + 1] - starts[i]) if i + 1 < len(TRAINING_STAGES) else 0.0
     stage = TRAINING_STAGES[i]
     return tuple(tuple(a + (b - a) * t for a, b in column) for column in (stage.mtp, stage.prefix))
+
+
+@dataclass(frozen=True)
+class StepState:
+    """What the schedules say for one step, all the model reads of them: passed to its forward pass, not set on
+    it. GPT.prepare puts the values the CUDA graphs read on the device; graph_key is what a graph fixes."""
+    windows: tuple  # (short, long) sliding windows in tokens
+    yarn: tuple  # each long window the run has had so far (rotary's stretch)
+    tied: bool  # the head's weight is also the embedding
+    mtp: tuple = (1.0,)  # loss weights: the next token, the one after, ...
+    prefix: tuple = ()  # the prefix token's loss weight, or none
+
+    def graph_key(self):
+        return self.windows, self.tied, len(self.mtp), bool(self.prefix)
+
+
+def step_state(step, args):
+    """Training step `step`'s state."""
+    mtp, prefix = loss_weights(step, args)
+    return StepState(attention_windows(step, args), yarn_windows(step, args), step <= untie_step(args), mtp, prefix)
+
+
+def validation_state(step, args):
+    """The state of a validation after `step` steps: the windows of step `step` (the final validation's longer
+    ones after the last), and the weights' tie as the steps before it left it: the embedding gets its own
+    values at the first untied step (Adam.untie), so it is the head's through step untie_step + 1."""
+    return StepState(attention_windows(step, args), yarn_windows(step, args), step <= untie_step(args) + 1)
 
 
 def untie_step(args):
@@ -1692,9 +1727,9 @@ def build_model(args, device, world_size):
     return model
 
 
-def forward_backward(model, micro, windows):
+def forward_backward(model, micro, state):
     """One micro-batch's summed loss (detached), its gradients added to the parameters'."""
-    loss = model(micro, windows)
+    loss = model(micro, state)
     loss.backward()
     return loss.detach()
 
@@ -1706,8 +1741,8 @@ class MicroStepGraphs:
     """forward_backward replayed as CUDA graphs: at the 16K-token micro-batches of the first stage the host
     took longer to queue a micro-batch's ~1,000 kernels than the GPU took to run them (docs/performance.md).
 
-    One graph per micro-batch size, longest sequence (it sets FlashAttention's grid), windows, tie state, the
-    head's loss terms and its sampled rows' number.
+    One graph per micro-batch size, longest sequence (it sets FlashAttention's grid), sampled rows' number and
+    StepState.graph_key (windows, tie state, the head's loss terms).
     A key's first micro-batch runs uncaptured (it compiles the regions), its second is captured. A replay
     reads the micro-batch from static buffers, its cu_seqlens padded with empty sequences to one sequence
     per GRAPH_TOKENS_PER_SEQ tokens; a micro-batch with more sequences runs uncaptured. The graphs add into the
@@ -1717,16 +1752,16 @@ class MicroStepGraphs:
         self.model, self.pool = model, torch.cuda.graph_pool_handle()
         self.graphs, self.seen = {}, set()
 
-    def __call__(self, micro, windows):
+    def __call__(self, micro, state):
         tokens, n = micro.inputs.numel(), micro.seqs.cu_seqlens.numel() - 1
-        head, rows = self.model.head, None if micro.candidates is None else micro.candidates.numel()
-        key = (tokens, micro.seqs.max_len, windows, self.model.tied, head.mtp_terms, head.prefix_term, rows)
+        rows = None if micro.candidates is None else micro.candidates.numel()
+        key = (tokens, micro.seqs.max_len, rows, state.graph_key())
         if n > tokens // GRAPH_TOKENS_PER_SEQ or (key not in self.graphs and key not in self.seen):
             self.seen.add(key)
-            return forward_backward(self.model, micro, windows)
+            return forward_backward(self.model, micro, state)
         self.model.ngram.fetch(micro.ngram_rows)  # outside the graph: the step's rows vary in number
         if key not in self.graphs:
-            self.graphs[key] = self.capture(micro, windows)
+            self.graphs[key] = self.capture(micro, state)
         graph, static, loss = self.graphs[key]
         for name in TOKEN_FIELDS + ("candidates",) * (rows is not None):
             getattr(static, name).copy_(getattr(micro, name))
@@ -1736,7 +1771,7 @@ class MicroStepGraphs:
         graph.replay()
         return loss.clone()  # the next replay overwrites it
 
-    def capture(self, micro, windows):
+    def capture(self, micro, state):
         tokens = micro.inputs.numel()
         cu = torch.empty(tokens // GRAPH_TOKENS_PER_SEQ + 1, dtype=torch.int32, device=micro.inputs.device)
         static = MicroBatch(*(torch.empty_like(getattr(micro, name)) for name in TOKEN_FIELDS),
@@ -1745,26 +1780,8 @@ class MicroStepGraphs:
         graph = torch.cuda.CUDAGraph()
         # thread_local: the loader's worker thread goes on with its own CUDA calls during the capture
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            loss = forward_backward(self.model, static, windows)
+            loss = forward_backward(self.model, static, state)
         return graph, static, loss
-
-
-def set_step_state(model, step, args):
-    """Give the model what the schedules say for training step `step` (tie state, the head's loss terms and
-    weights, rotary's stretch); returns the step's attention windows."""
-    model.tied = step <= untie_step(args)
-    mtp, prefix = loss_weights(step, args)
-    model.head.mtp_terms, model.head.prefix_term = len(mtp), bool(prefix)
-    for k, weight in enumerate(mtp + prefix):
-        model.head.loss_weights[k].fill_(weight)  # a fill, not a copy from the host: a copy would wait for the GPU
-    return stretch_and_windows(model, step, args)
-
-
-def stretch_and_windows(model, step, args):
-    """Stretch rotary for step `step` (YaRN) and return its attention windows: what training and validation
-    there have in common."""
-    model.rotary.stretch(yarn_windows(step, args))
-    return attention_windows(step, args)
 
 
 def train_step(model, micro_batches, optimizers, step, args, world_size):
@@ -1773,12 +1790,13 @@ def train_step(model, micro_batches, optimizers, step, args, world_size):
     adam, normuon, row_adam = optimizers
     if step > untie_step(args) and adam.late is not None:  # the first untied step (benchmarks skip steps)
         adam.untie(model.head.weight)  # the embedding, Adam's late parameter, starts as the head's copy
-    windows = set_step_state(model, step, args)
+    state = step_state(step, args)
+    model.prepare(state)
     if model.grad_events is not None:
         model.grad_events.begin_step()
     loss = torch.zeros((), device=micro_batches[0].inputs.device)
     for micro in micro_batches:
-        loss += forward_backward(model, micro, windows) if model.graphs is None else model.graphs(micro, windows)
+        loss += forward_backward(model, micro, state) if model.graphs is None else model.graphs(micro, state)
     for opt in optimizers:
         for group in opt.param_groups:
             group["lr"] = group["initial_lr"] * lr_factor(step, args)
@@ -1869,15 +1887,19 @@ def precompile(args, device, shapes, val_shape, stages):
         if stage is None:
             source = ValSource(args.val_files, args.val_seq_tokens, args.val_seq_tokens, 0, 1, args.ngram_rows)
             (micro,) = PrefetchLoader(source, device).send(val_shape)
+            state = validation_state(0, args)
+            model.prepare(state)
             with torch.no_grad():
-                model(micro, stretch_and_windows(model, 0, args))
+                model(micro, state)
             continue
         source = TrainSource(args.train_files, 0, 1, args.repeat_train_files, vocab_size=args.vocab_size,
                              ngram_rows=args.ngram_rows)
         loader = PrefetchLoader(source, device)
         for step in warm_up_steps(args, shapes)[stage]:  # a short stage's warm-up spills into the next stage
             micro = loader.send(shapes[stage_index(step, args)])[0]
-            forward_backward(model, micro, set_step_state(model, step, args))
+            state = step_state(step, args)
+            model.prepare(state)
+            forward_backward(model, micro, state)
 
 
 def precompile_helper(*args):
@@ -1967,11 +1989,12 @@ class Run:
     @torch.no_grad()
     def evaluate(self, step, num_batches=None, bar=None):
         """The validation loss per token with step `step`'s windows; num_batches: fewer than this rank's share."""
-        args, model = self.args, self.model
-        loss, windows = torch.zeros((), device=self.device), stretch_and_windows(model, step, args)
+        args, model, state = self.args, self.model, validation_state(step, self.args)
+        model.prepare(state)
+        loss = torch.zeros((), device=self.device)
         for _ in range(self.val_source.batches_for_rank(self.rank) if num_batches is None else num_batches):
             (micro,) = self.val_loader.send(BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1))
-            loss += model(micro, windows)
+            loss += model(micro, state)
             if bar is not None:
                 bar.update()
         if self.world_size > 1:
@@ -2031,7 +2054,6 @@ def warm_up(run, precompiler, startup):
         save_compile_cache(args.compile_cache)
     model.load_state_dict(initial_state)
     model.zero_grad(set_to_none=False)  # Adam keeps its gradients over even steps: the warm-up may end on one
-    model.tied = True  # the warm-up may have passed the untie step
     model.ngram.table.zero_()  # no state_dict's: see NgramTable
     run.optimizers = make_optimizers(model, args, run.world_size)
     run.train_loader.restart(run.train_source.start)

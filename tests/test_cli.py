@@ -203,18 +203,17 @@ def recording_forward(calls):
     windows, the tie state, the head's loss terms, grad mode."""
     forward = tg.GPT.forward
 
-    def recorded(model, batch, windows):
-        head = model.head
+    def recorded(model, batch, state):
         rows = None if batch.candidates is None else batch.candidates.numel()
-        calls.append((batch.inputs.numel(), rows, windows, model.tied, head.mtp_terms, head.prefix_term,
+        calls.append((batch.inputs.numel(), rows, state.windows, state.tied, len(state.mtp), bool(state.prefix),
                       torch.is_grad_enabled()))
-        return forward(model, batch, windows)
+        return forward(model, batch, state)
     return recorded
 
 
 class WatchedRun(typing.NamedTuple):
     status: int  # main's exit status
-    steps: list  # (step, (tied, parameters with a nonzero gradient) before the step, those after it), warm-up included
+    steps: list  # (step, parameters with a nonzero gradient before the step, those after it), warm-up included
     forwards: list  # what each forward pass compiled for (recording_forward), warm-up and validation included
     log: list  # the lines of the run's log
     tail: list  # TailAverage's calls: ("update", step) or ("apply", train steps and forward passes before it)
@@ -233,7 +232,7 @@ def warm_up_run(tmp_path_factory):
         return [n for n, p in model.named_parameters() if p.grad is not None and p.grad.any()]
 
     def watched(model, micro_batches, optimizers, step, args, world_size):
-        before = (model.tied, with_grads(model))
+        before = with_grads(model)
         loss = train_step(model, micro_batches, optimizers, step, args, world_size)
         steps.append((step, before, with_grads(model)))
         return loss
@@ -251,14 +250,20 @@ def warm_up_run(tmp_path_factory):
 
 def test_warm_up_leaves_no_trace_in_the_run(warm_up_run):
     """A 10 + 2-step smoke run's warm-up (steps 0-1, 3-4, 7-8, 8-9 and 9-10) passes the untie step (7) and ends
-    on an even step, whose Adam gradients are kept: the first timed step must still start tied and with every gradient
-    zero (gradients are zeroed in place, never freed, as the CUDA graphs hold their addresses)."""
+    on an even step, whose Adam gradients are kept: the first timed step must still start with every gradient zero
+    (gradients are zeroed in place, never freed, as the CUDA graphs hold their addresses), and tied: the tie is the
+    step's (StepState), not the model's, so the warm-up cannot leave it behind."""
     assert warm_up_run.status == 0
     seen = warm_up_run.steps
     steps = [step for step, _, _ in seen]
     assert steps[:10] == [0, 1, 3, 4, 7, 8, 8, 9, 9, 10] and steps[10:] == list(range(12))
     assert seen[9][2]  # the warm-up's last step left Adam's gradients behind
-    assert seen[10][1] == (True, [])  # the run's first step: tied, no gradient
+    assert seen[10][1] == []  # the run's first step: no gradient
+    forwards = warm_up_run.forwards
+    validations = [i for i, (*_, grad_mode) in enumerate(forwards) if not grad_mode]  # warm-up's, step 0's, the last
+    assert len(validations) == 3 and validations[1] == validations[0] + 1
+    assert forwards[validations[0] - 1][3] is False  # the warm-up's last step was untied (step 10)
+    assert forwards[validations[1] + 1][3] is True  # and the run's first step is tied again
 
 
 def test_tail_average_takes_every_timed_step_and_ships_once_before_the_final_validation(warm_up_run):

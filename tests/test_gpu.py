@@ -173,8 +173,9 @@ def test_compiled_model_equals_eager_model():
     source = tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True, ngram_rows=args.ngram_rows)
     loader = tg.PrefetchLoader(source, device)
     for windows in ((128, 384), (384, 896)):
+        state = tg.StepState(windows, (windows[1],), tied=True)
         (micro,) = loader.send(tg.BatchShape(1024, 512, 1))
-        losses = [m(micro, windows) for m in (compiled, exact, model)]
+        losses = [m(micro, state) for m in (compiled, exact, model)]
         for loss in losses:
             loss.backward()
         assert abs(losses[0].item() - losses[1].item()) < 1e-5 * losses[1].item()
@@ -185,7 +186,7 @@ def test_compiled_model_equals_eager_model():
                 continue
             assert rel_error(p.grad, q.grad) < 1e-3, name
         with torch.no_grad():
-            losses = [m(micro, windows) for m in (compiled, exact)]
+            losses = [m(micro, state) for m in (compiled, exact)]
         assert abs(losses[0].item() - losses[1].item()) < 1e-5 * losses[1].item()
 
 
@@ -283,7 +284,8 @@ def test_work_after_gradient_events_sees_each_replay_s_final_gradients_before_it
     events = tg.GradientEvents(model)
     source = tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True, ngram_rows=args.ngram_rows)
     loader = tg.PrefetchLoader(source, device)
-    windows = tg.set_step_state(model, 0, args)
+    state = tg.step_state(0, args)
+    model.prepare(state)
     last = [model.blocks[-1].mlp.fc.weight, model.blocks[-1].mlp.proj.weight]
     for call in range(4):  # uncaptured, captured, replayed twice
         (micro,) = loader.send(tg.BatchShape(16384, 2048, 1))
@@ -291,7 +293,7 @@ def test_work_after_gradient_events_sees_each_replay_s_final_gradients_before_it
         events.begin_step()
         begin, end, read = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         begin.record()
-        model.graphs(micro, windows)
+        model.graphs(micro, state)
         end.record()
         with events.after(last):
             seen = [p.grad.clone() for p in last]

@@ -373,13 +373,12 @@ def run_reductions(rank, world_size, num_shares):
     {name: (first element, summed gradient of this rank's slice)} for Adam's parameters."""
     args = tg.parse_args(["--smoke"])
     model = tg.build_model(args, torch.device("cpu"), world_size)
-    model.tied = False
     randomise_zero_initialised(model)
     events = model.grad_events or tg.GradientEvents(model)
     adam, normuon, row_adam = optimizers = tg.make_optimizers(model, args, world_size)
     source = tg.TrainSource(args.train_files, rank, world_size, repeat=True, ngram_rows=args.ngram_rows)
     for micro in next(tg.synchronous_batches(source, [tg.BatchShape(768, 512, num_shares // world_size)])):
-        tg.forward_backward(model, micro, (128, 256))
+        tg.forward_backward(model, micro, tg.StepState((128, 256), (256,), tied=False))
     tg.start_reductions([normuon, adam], events)
     names, received = {p: n for n, p in model.named_parameters()}, {}
     for i, (_, matrices) in enumerate(normuon.parts):
@@ -463,16 +462,15 @@ def test_reductions_start_in_the_order_the_backward_pass_finishes_gradients():
     the forward pass) after every matrix's; each reduction once."""
     args = tg.parse_args(["--smoke"])
     model = tg.GPT(args, fp8=False)
-    model.tied = False
     events = tg.GradientEvents(model)
     named = [(n, p) for n, p in model.named_parameters() if tg.param_config(n).optimizer == "normuon"]
     normuon = tg.NorMuon(named, lr=0.01, wd=0.0, world_size=2)  # two ranks: each group in two parts
     adam = tg.Adam([(n, p) for n, p in model.named_parameters() if tg.param_config(n).optimizer == "adam"],
                    lr=0.01, wd=0.0)
     adam.untie(model.head.weight)  # the embedding joins Adam's groups
-    (micro,) = next(tg.synchronous_batches(tg.TrainSource(args.train_files, 0, 1, repeat=True, ngram_rows=args.ngram_rows),
-                                           [tg.BatchShape(768, 512, 1)]))
-    tg.forward_backward(model, micro, (128, 256))
+    source = tg.TrainSource(args.train_files, 0, 1, repeat=True, ngram_rows=args.ngram_rows)
+    (micro,) = next(tg.synchronous_batches(source, [tg.BatchShape(768, 512, 1)]))
+    tg.forward_backward(model, micro, tg.StepState((128, 256), (256,), tied=False))
     started = []
 
     class Logged:
@@ -572,7 +570,7 @@ def packed_batch(cu_seqlens, seed=0):
 def test_initial_loss_is_near_the_summed_uniform_cross_entropy():
     torch.manual_seed(0)
     model = tg.GPT(SMOKE, fp8=False)
-    loss = model(packed_batch([0, 100, 256]), (64, 128))
+    loss = model(packed_batch([0, 100, 256]), tg.StepState((64, 128), (128,), tied=True))
     assert loss.ndim == 0
     assert abs(loss.item() / 256 - math.log(SMOKE.vocab_size)) < 1e-2  # the head starts small
 
@@ -610,14 +608,15 @@ def test_gradient_of_a_batch_is_the_sum_over_its_halves():
         model.smear_lambda.zero_()
         model.ngram.table.zero_()
     batch = packed_batch([0, 50, 128, 200, 256], seed=1)
-    windows = (64, 128)  # the long layers see 128 keys, the others 64: shorter than the longest document
+    state = tg.StepState((64, 128), (128,), tied=True)  # the long layers see 128 keys, the others 64: shorter
+    # than the longest document
 
     def gradients(parts):
         model.zero_grad()
         for lo, hi, cu in parts:
             bounds = torch.tensor(cu, dtype=torch.int32)
             part = micro_batch(batch.inputs[lo:hi], batch.targets[lo:hi], tg.SequenceBoundaries(bounds, 128))
-            model(part, windows).backward()
+            model(part, state).backward()
         return [None if p.grad is None else p.grad.clone() for p in model.parameters()]
 
     whole = gradients([(0, 256, batch.seqs.cu_seqlens.tolist())])
@@ -759,22 +758,24 @@ PROXY_195_ROWS = [
 
 
 def test_every_step_of_the_proxy_schedule_sets_the_state_written_out_by_hand():
-    """set_step_state and the loader's shapes for steps 0-197, stage ends (start - 1) included: the head's loss
-    terms and their weights in order, the windows, rotary's stretch, the tie, and the sampled softmax's size."""
+    """step_state, GPT.prepare and the loader's shapes for steps 0-197, stage ends (start - 1) included: the head's
+    loss terms and their weights in order, the windows, rotary's stretch, the tie (a validation's one step later),
+    and the sampled softmax's size."""
     args = PROXY_195
     model = tg.GPT(tg.parse_args(["--smoke", "--scheduled_steps", "195", "--extension_steps", "3"]), fp8=False)
     assert tg.total_steps(args) == 198 and tg.untie_step(args) == 131
     for first, end, windows, rows, mtp, prefix in PROXY_195_ROWS:
         for step in range(first, end):
             t = 0.0 if first == 195 else (step - first) / (end - first)
-            assert tg.set_step_state(model, step, args) == windows, step
+            state = tg.step_state(step, args)
+            model.prepare(state)
+            assert state.windows == windows and tg.validation_state(step, args).windows == windows, step
             shape = tg.train_shape(args, 1, tg.TRAINING_STAGES[tg.stage_index(step, args)])
             assert (shape.candidates or None) == rows, step
-            head = model.head
             weights = mtp(t) + prefix(t)
-            assert (head.mtp_terms, head.prefix_term) == (len(mtp(t)), bool(prefix(t))), step
-            assert head.loss_weights[: len(weights)].tolist() == pytest.approx(weights), step
-            assert model.tied == (step <= 131), step
+            assert state.mtp == pytest.approx(mtp(t)) and state.prefix == pytest.approx(prefix(t)), step
+            assert model.head.loss_weights[: len(weights)].tolist() == pytest.approx(weights), step
+            assert state.tied == (step <= 131) and tg.validation_state(step, args).tied == (step <= 132), step
     assert model.rotary.long_windows == (384, 896, 1408, 1664)
     assert tg.attention_windows(198, args) == (768, 2560)  # the final validation's
 
@@ -842,9 +843,10 @@ def test_train_steps_across_the_untie_hand_the_head_over_to_the_embedding():
         before = model.head.weight.detach().clone()
         tg.train_step(model, batch, optimizers, step, args, 1)
         if step <= 3:
-            assert model.tied and torch.equal(model.embed.weight, embed0)
+            assert tg.step_state(step, args).tied and torch.equal(model.embed.weight, embed0)
         if step == 4:
-            assert not model.tied and model.embed.weight.grad is not None  # for Adam's next (odd) step
+            assert not tg.step_state(step, args).tied
+            assert model.embed.weight.grad is not None  # for Adam's next (odd) step
             assert torch.equal(model.embed.weight, before)
             head_state, embed_state = adam.state[model.head.weight], adam.state[model.embed.weight]
             assert torch.equal(head_state["exp_avg"], embed_state["exp_avg"])
@@ -864,7 +866,7 @@ def test_steps_run_out_of_order_as_the_benchmarks_do_untie_once():
     shapes = [tg.train_shape(args, 1, tg.TRAINING_STAGES[tg.stage_index(s, args)]) for s in steps]
     for step, batch in zip(steps, tg.synchronous_batches(source, shapes)):
         tg.train_step(model, batch, optimizers, step, args, 1)
-        assert model.tied == (step <= 5) and (adam.late is None) == (step > 5)
+        assert (adam.late is None) == (step > 5)
     (group,) = (g for g in adam.param_groups if any(p is model.embed.weight for p in g["params"]))
     assert sum(p is model.embed.weight for p in group["params"]) == 1
 
@@ -975,7 +977,8 @@ def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
             tg.compile_regions(model)
             for step, (micro,) in enumerate(train):
                 windows = (64 * (step + 1), 128 * (step + 1))
-                losses = [m(micro, windows) for m in (model, eager)]
+                state = tg.StepState(windows, (windows[1],), tied=True)
+                losses = [m(micro, state) for m in (model, eager)]
                 for loss in losses:
                     loss.backward()
                 assert torch.allclose(*losses, rtol=1e-5)
@@ -985,7 +988,7 @@ def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
                         continue
                     assert rel_error(p.grad, q.grad) < 1e-3, name  # float32 sums in another order
                 with torch.no_grad():
-                    losses = [m(val, windows) for m in (model, eager)]
+                    losses = [m(val, state) for m in (model, eager)]
                 assert torch.allclose(*losses, rtol=1e-5)
         aot = torch._dynamo.utils.counters["aot_autograd"]
         assert aot["autograd_cache_bypass"] == 0 and aot["autograd_cache_miss"] + aot["autograd_cache_hit"] > 0
@@ -1054,28 +1057,31 @@ def test_head_builds_the_later_targets_and_the_prefix_targets_from_the_next_ones
     prefix_tokens = torch.randint(0, 500, (500,), dtype=torch.int32)
     prefix_tokens[::3] = -1  # tokens without a prefix token
     head = tg.Head(32, 500, fp8=False, prefix_tokens=prefix_tokens, initial_shares=[]).double()
-    head.mtp_terms, head.prefix_term = 3, prefix_term
     weights = MTP_WEIGHTS + ((0.25,) if prefix_term else ())
+    state = tg.StepState((64, 64), (64,), tied=True, mtp=MTP_WEIGHTS, prefix=weights[3:])
     head.loss_weights[: len(weights)].copy_(torch.tensor(weights))
     x = torch.randn(64, 32, dtype=torch.float64, requires_grad=True)
     targets = mtp_targets(64, 500, 3)
     if prefix_term:
         targets = torch.cat([targets, prefix_tokens[targets[:, :1].long()]], dim=1)
         assert (targets[:, 3] == -1).any() and (targets[:, 3] >= 0).any()
-    head(x, [], targets[:, 0]).backward()
+    head(x, [], targets[:, 0], None, state).backward()
     x2 = x.detach().clone().requires_grad_()
     w2 = head.weight.detach().clone().requires_grad_()
     reference_head_loss(tg.rms_norm(x2), w2, targets, weights).backward()
     assert torch.allclose(x.grad, x2.grad, atol=1e-5) and torch.allclose(head.weight.grad, w2.grad, atol=1e-5)
 
 
+HEAD_STATE = tg.StepState((64, 64), (64,), tied=True, mtp=MTP_WEIGHTS, prefix=(0.25,))  # three terms and the prefix
+
+
 def sampled_head_and_input(seed=0, vocab=500):
-    """A float64 Head with three loss terms and the prefix term (some tokens without a prefix token), and an input."""
+    """A float64 Head with the weights of HEAD_STATE's three terms and prefix term in its buffer (some tokens without a
+    prefix token), and an input."""
     torch.manual_seed(seed)
     prefix_tokens = torch.randint(0, vocab, (vocab,), dtype=torch.int32)
     prefix_tokens[::3] = -1
     head = tg.Head(32, vocab, fp8=False, prefix_tokens=prefix_tokens, initial_shares=[]).double()
-    head.mtp_terms, head.prefix_term = 3, True
     head.loss_weights[:4].copy_(torch.tensor(MTP_WEIGHTS + (0.25,)))
     return head, torch.randn(64, 32, dtype=torch.float64), torch.randint(0, vocab, (64,), dtype=torch.int32)
 
@@ -1087,7 +1093,7 @@ def test_sampled_head_over_the_whole_vocabulary_is_the_head():
     for candidates in (None, torch.arange(500, dtype=torch.int32)):
         head.zero_grad()
         x1 = x.clone().requires_grad_()
-        loss = head(x1, [], targets, candidates)
+        loss = head(x1, [], targets, candidates, HEAD_STATE)
         loss.backward()
         losses.append(loss.item())
         grads.append((x1.grad, head.weight.grad.clone()))
@@ -1105,7 +1111,7 @@ def test_sampled_head_is_the_softmax_over_the_candidate_rows_alone():
     prefix = head.prefix_tokens[targets.long()]
     assert (~torch.isin(prefix[prefix >= 0], candidates)).any()  # some prefix tokens are left out
     x1 = x.clone().requires_grad_()
-    head(x1, [], targets, candidates).backward()
+    head(x1, [], targets, candidates, HEAD_STATE).backward()
 
     row = {int(token): i for i, token in enumerate(candidates)}
     remapped = torch.tensor([row[int(t)] for t in targets])
@@ -1371,7 +1377,8 @@ def block_calls(model):
 
     hooks = [block.register_forward_hook(record(i)) for i, block in enumerate(model.blocks)]
     inputs = torch.randint(0, 50257, (64,), dtype=torch.int32)
-    model(micro_batch(inputs, inputs, tg.SequenceBoundaries(torch.tensor([0, 64], dtype=torch.int32), 64)), (64, 64))
+    bounds = tg.SequenceBoundaries(torch.tensor([0, 64], dtype=torch.int32), 64)
+    model(micro_batch(inputs, inputs, bounds), tg.StepState((64, 64), (64,), tied=True))
     for hook in hooks:
         hook.remove()
     return inputs, args, outputs

@@ -34,7 +34,6 @@ def test_moving_average_matches_a_float64_reference(model):
     tail = tg.TailAverage(model, SMOKE)
     assert (N, tail_steps) == (26, 6)  # the smoke settings: 24 + 2 steps, round(6.5) == 6
     assert tail.first_step == N - tail_steps == 20 and tail.rate == pytest.approx(2 / 7, rel=1e-15)
-    model.tied = False
     generator = torch.Generator().manual_seed(0)
     reference = None
     for step in range(N):
@@ -61,7 +60,6 @@ def test_apply_blends_towards_the_average_and_keeps_each_norm(model):
     Frobenius norm (the blend of matrices pointing different ways is shorter); every other parameter (value
     embeddings, scalars, gates, the n-gram cache) keeps its bits."""
     tail = tg.TailAverage(model, SMOKE)
-    model.tied = False
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for p in model.parameters():
@@ -95,8 +93,9 @@ def test_apply_blends_towards_the_average_and_keeps_each_norm(model):
 def test_tied_embedding_averages_the_heads_values(model):
     """While the embedding is tied to the head the forward pass reads the head's weight, so the embedding's
     average must follow the head's values, not its own stale ones, which apply() would pull it towards."""
-    tail = tg.TailAverage(model, SMOKE)
-    model.tied = True
+    args = tg.parse_args(["--smoke", "--untie_frac", "1"])  # tied through step 25: the whole tail
+    tail = tg.TailAverage(model, args)
+    assert tail.first_step <= tg.untie_step(args) - 3
     generator = torch.Generator().manual_seed(2)
     (embed_at,) = [i for i, p in enumerate(tail.params) if p is model.embed.weight]
     (head_at,) = [i for i, p in enumerate(tail.params) if p is model.head.weight]
@@ -115,7 +114,6 @@ def test_tail_blend_zero_changes_nothing(model):
     parameter's bits as they are."""
     args = tg.parse_args(["--smoke", "--tail_blend", "0"])
     tail = tg.TailAverage(model, args)
-    model.tied = False
     generator = torch.Generator().manual_seed(3)
     for step in range(tg.total_steps(args)):
         perturb(model.parameters(), generator, whole=False)
