@@ -435,11 +435,12 @@ class Head(nn.Module):
 
     In training, the gradient is that of a weighted sum of losses of the same logits: multi-token prediction
     (the public record's #53) scores them against the next token and the tokens 2, 3, ... places on,
-    len(state.mtp) targets in all (they run on across documents; past the micro-batch's end there are none);
-    with a state.prefix weight, also against the next token's prefix token (#88: the token of the longest proper
-    prefix of its bytes, from prefix_tokens; none for one-byte tokens). The step's weights are in loss_weights,
-    in that order (GPT.prepare puts them there, on the device, so that CUDA graphs read them). The loss returned
-    is the next-token term alone.
+    mtp_terms targets in all (they run on across documents; past the micro-batch's end there are none); with
+    prefix_term, also against the next token's prefix token (#88: the token of the longest proper prefix of
+    its bytes, from prefix_tokens; none for one-byte tokens). The step's weights are in loss_weights, in that
+    order (GPT.prepare puts them there, on the device, so that CUDA graphs read them). The head is compiled:
+    it takes the number of terms, never the weights, which would recompile it whenever one moved. The loss
+    returned is the next-token term alone.
 
     Given candidates (the micro-batch's sampled softmax, #92), the softmax runs over those rows of the
     vocabulary alone: the logits, their loss kernels and the matmuls shrink to them, and only their rows of the
@@ -456,18 +457,18 @@ class Head(nn.Module):
         most = max(len(stage.mtp) + len(stage.prefix) for stage in TRAINING_STAGES)
         self.register_buffer("loss_weights", torch.ones(most), persistent=False)
 
-    def forward(self, x, sources, targets, candidates, state):
+    def forward(self, x, sources, targets, candidates, mtp_terms, prefix_term):
         x = rms_norm(self.dense(x, sources))
         if torch.is_grad_enabled():
             weight = self.weight
-            prefix = self.prefix_tokens[targets.long()] if state.prefix else None
+            prefix = self.prefix_tokens[targets.long()] if prefix_term else None
             if candidates is not None:  # each token id becomes its row among the candidates, or -1
                 weight = weight[candidates]
                 targets = torch.searchsorted(candidates, targets, out_int32=True)
                 if prefix is not None:
                     row = torch.searchsorted(candidates, prefix, out_int32=True).clamp(max=len(candidates) - 1)
                     prefix = torch.where(candidates[row] == prefix, row, -1)
-            columns = [F.pad(targets[k:], (0, k), value=-1) for k in range(len(state.mtp))]
+            columns = [F.pad(targets[k:], (0, k), value=-1) for k in range(mtp_terms)]
             if prefix is not None:
                 columns.append(prefix)
             weights = self.loss_weights[: len(columns)]
@@ -609,7 +610,7 @@ class GPT(nn.Module):
             if i in (self.skip_from, saved, *self.dense_layers):
                 outputs[i] = x
         sources = [entering, *(outputs[i] for i in self.dense_layers), value_embeds[self.value_layers[0]]]
-        return self.head(x, sources, batch.targets, batch.candidates, state)
+        return self.head(x, sources, batch.targets, batch.candidates, len(state.mtp), bool(state.prefix))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -2031,8 +2032,8 @@ def set_up(args, rank, world_size, device, log, startup):
 
 def warm_up(run, precompiler, startup):
     """Compile and warm up on real batches of every batch shape of the run (the first steps of each stage with a
-    new shape), untimed; then undo its effects: the initial weights, zero gradients, the tie, fresh optimizers,
-    both loaders rewound. Each phase's seconds go into `startup`."""
+    new shape), untimed; then undo its effects: the initial weights, zero gradients, fresh optimizers, both
+    loaders rewound (the tie is each step's StepState: nothing to undo). Each phase's seconds go into `startup`."""
     args, model = run.args, run.model
     initial_state = {k: v.clone() for k, v in model.state_dict().items()}
     run.optimizers = make_optimizers(model, args, run.world_size)

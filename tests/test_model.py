@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from torch._dynamo.testing import CompileCounter
 
 import train_gpt as tg
 from conftest import micro_batch, randomise_zero_initialised, read_log, rel_error
@@ -780,6 +781,33 @@ def test_every_step_of_the_proxy_schedule_sets_the_state_written_out_by_hand():
     assert tg.attention_windows(198, args) == (768, 2560)  # the final validation's
 
 
+def test_the_compiled_head_compiles_once_while_the_loss_weights_move():
+    """Stage 1's loss weights move at every step (the prefix term's 0.25 -> 0, the second term's 0.5 -> 0) and
+    reach the compiled head (compile_regions) through its buffer, so the head compiles for the stage's first step
+    and never again in it. A head that read the weights themselves (a StepState's) was guarded on their values
+    and recompiled at every step, inside a CUDA graph's capture too."""
+    torch._dynamo.reset()
+    args = tg.parse_args(["--smoke"])
+    model = tg.GPT(args, fp8=False)
+    counter = CompileCounter()
+    model.head.compile(backend=counter, dynamic=False)
+    steps = range(tg.stage_starts(args)[1], tg.stage_starts(args)[1] + 4)
+    assert len({tg.step_state(step, args).prefix for step in steps}) == len(steps)  # a new weight every step
+    source = tg.TrainSource(args.train_files, 0, 1, repeat=True, ngram_rows=args.ngram_rows)
+    shape = tg.train_shape(args, 1, tg.TRAINING_STAGES[1])
+    frames = []
+    try:
+        for step, batch in zip(steps, tg.synchronous_batches(source, [shape] * len(steps))):
+            state = tg.step_state(step, args)
+            model.prepare(state)
+            for micro in batch:
+                model(micro, state).backward()
+            frames.append(counter.frame_count)
+    finally:
+        torch._dynamo.reset()
+    assert frames[0] > 0 and frames == [frames[0]] * len(steps)
+
+
 def test_the_default_layout_layer_by_layer():
     """The 11-layer model as the record has it (#92's), written out: attention in layers 0, 1, 2, 3, 5, 8 and 10,
     an MLP in every layer but 7, which is gone but for its residual mix; 128-wide Q/K heads, the long window and
@@ -1058,25 +1086,21 @@ def test_head_builds_the_later_targets_and_the_prefix_targets_from_the_next_ones
     prefix_tokens[::3] = -1  # tokens without a prefix token
     head = tg.Head(32, 500, fp8=False, prefix_tokens=prefix_tokens, initial_shares=[]).double()
     weights = MTP_WEIGHTS + ((0.25,) if prefix_term else ())
-    state = tg.StepState((64, 64), (64,), tied=True, mtp=MTP_WEIGHTS, prefix=weights[3:])
     head.loss_weights[: len(weights)].copy_(torch.tensor(weights))
     x = torch.randn(64, 32, dtype=torch.float64, requires_grad=True)
     targets = mtp_targets(64, 500, 3)
     if prefix_term:
         targets = torch.cat([targets, prefix_tokens[targets[:, :1].long()]], dim=1)
         assert (targets[:, 3] == -1).any() and (targets[:, 3] >= 0).any()
-    head(x, [], targets[:, 0], None, state).backward()
+    head(x, [], targets[:, 0], None, 3, prefix_term).backward()
     x2 = x.detach().clone().requires_grad_()
     w2 = head.weight.detach().clone().requires_grad_()
     reference_head_loss(tg.rms_norm(x2), w2, targets, weights).backward()
     assert torch.allclose(x.grad, x2.grad, atol=1e-5) and torch.allclose(head.weight.grad, w2.grad, atol=1e-5)
 
 
-HEAD_STATE = tg.StepState((64, 64), (64,), tied=True, mtp=MTP_WEIGHTS, prefix=(0.25,))  # three terms and the prefix
-
-
 def sampled_head_and_input(seed=0, vocab=500):
-    """A float64 Head with the weights of HEAD_STATE's three terms and prefix term in its buffer (some tokens without a
+    """A float64 Head with the weights of three terms and the prefix term in its buffer (some tokens without a
     prefix token), and an input."""
     torch.manual_seed(seed)
     prefix_tokens = torch.randint(0, vocab, (vocab,), dtype=torch.int32)
@@ -1093,7 +1117,7 @@ def test_sampled_head_over_the_whole_vocabulary_is_the_head():
     for candidates in (None, torch.arange(500, dtype=torch.int32)):
         head.zero_grad()
         x1 = x.clone().requires_grad_()
-        loss = head(x1, [], targets, candidates, HEAD_STATE)
+        loss = head(x1, [], targets, candidates, 3, True)
         loss.backward()
         losses.append(loss.item())
         grads.append((x1.grad, head.weight.grad.clone()))
@@ -1111,7 +1135,7 @@ def test_sampled_head_is_the_softmax_over_the_candidate_rows_alone():
     prefix = head.prefix_tokens[targets.long()]
     assert (~torch.isin(prefix[prefix >= 0], candidates)).any()  # some prefix tokens are left out
     x1 = x.clone().requires_grad_()
-    head(x1, [], targets, candidates, HEAD_STATE).backward()
+    head(x1, [], targets, candidates, 3, True).backward()
 
     row = {int(token): i for i, token in enumerate(candidates)}
     remapped = torch.tensor([row[int(t)] for t in targets])
