@@ -990,7 +990,7 @@ class TailAverage:
     Every rank averages its full copy of the parameters, the same on all."""
 
     def __init__(self, model, args):
-        self.model, self.blend, self.untie_step = model, args.tail_blend, untie_step(args)
+        self.model, self.args, self.blend = model, args, args.tail_blend
         self.params = [p for name, p in model.named_parameters() if param_config(name).averaged]
         tail = round(args.tail_frac * total_steps(args))
         self.first_step, self.rate = total_steps(args) - tail, 2 / (tail + 1)
@@ -1002,7 +1002,7 @@ class TailAverage:
         if step < self.first_step or not self.blend:
             return
         embed, head = self.model.embed.weight, self.model.head.weight
-        tied = step <= self.untie_step
+        tied = is_tied(step, self.args)
         values = [(head if p is embed and tied else p).float() for p in self.params]
         if self.averages is None:
             self.averages = [v.clone() for v in values]  # float() of a float32 parameter is the parameter itself
@@ -1115,14 +1115,19 @@ class StepState:
 def step_state(step, args):
     """Training step `step`'s state."""
     mtp, prefix = loss_weights(step, args)
-    return StepState(attention_windows(step, args), yarn_windows(step, args), step <= untie_step(args), mtp, prefix)
+    return StepState(attention_windows(step, args), yarn_windows(step, args), is_tied(step, args), mtp, prefix)
 
 
 def validation_state(step, args):
     """The state of a validation after `step` steps: the windows of step `step` (the final validation's longer
-    ones after the last), and the weights' tie as the steps before it left it: the embedding gets its own
-    values at the first untied step (Adam.untie), so it is the head's through step untie_step + 1."""
-    return StepState(attention_windows(step, args), yarn_windows(step, args), step <= untie_step(args) + 1)
+    ones after the last), and the tie of the last step before it, which left the weights as they are (the
+    embedding gets its own values only as the first untied step starts: Adam.untie)."""
+    return StepState(attention_windows(step, args), yarn_windows(step, args), is_tied(step - 1, args))
+
+
+def is_tied(step, args):
+    """Whether training step `step` reads the head's weight as the embedding (the steps before the first are)."""
+    return step <= untie_step(args)
 
 
 def untie_step(args):
@@ -1789,7 +1794,7 @@ def train_step(model, micro_batches, optimizers, step, args, world_size):
     """One optimizer step over a step's micro-batches; returns the mean loss per token (a device scalar).
     Adam steps on odd steps only, on the gradients of two steps."""
     adam, normuon, row_adam = optimizers
-    if step > untie_step(args) and adam.late is not None:  # the first untied step (benchmarks skip steps)
+    if not is_tied(step, args) and adam.late is not None:  # the first untied step (benchmarks skip steps)
         adam.untie(model.head.weight)  # the embedding, Adam's late parameter, starts as the head's copy
     state = step_state(step, args)
     model.prepare(state)
@@ -1971,6 +1976,7 @@ class Run:
     world_size: int
     device: torch.device
     shapes: list  # each row of TRAINING_STAGES's BatchShape on this rank
+    val_shape: "BatchShape"
     train_source: "TrainSource"
     val_source: "ValSource"
     train_loader: "PrefetchLoader"
@@ -1994,7 +2000,7 @@ class Run:
         model.prepare(state)
         loss = torch.zeros((), device=self.device)
         for _ in range(self.val_source.batches_for_rank(self.rank) if num_batches is None else num_batches):
-            (micro,) = self.val_loader.send(BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1))
+            (micro,) = self.val_loader.send(self.val_shape)
             loss += model(micro, state)
             if bar is not None:
                 bar.update()
@@ -2026,7 +2032,8 @@ def set_up(args, rank, world_size, device, log, startup):
     clock = time.perf_counter()
     model = build_model(args, device, world_size)
     startup["model"] = time.perf_counter() - clock
-    run = Run(args, rank, world_size, device, shapes, train_source, val_source, train_loader, val_loader, model)
+    run = Run(args, rank, world_size, device, shapes, val_shape, train_source, val_source, train_loader, val_loader,
+              model)
     return run, precompiler
 
 
