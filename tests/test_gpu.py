@@ -92,7 +92,7 @@ def test_sampled_fp8_head_compiled_matches_float64():
     assert tg.choose_candidates(targets.numpy(), V, 7, rows)
     candidates = torch.from_numpy(rows).cuda()
     x = torch.randn(T, 768, device="cuda").bfloat16().requires_grad_()
-    loss = torch.compile(head, fullgraph=True)(x, [], targets.cuda(), candidates)
+    loss = torch.compile(head, fullgraph=True)(x, [], targets.cuda(), candidates, 1, False)
     loss.backward()
     x2 = x.detach().double().requires_grad_()
     w2 = head.weight.detach()[candidates.long()].double().requires_grad_()
