@@ -39,6 +39,7 @@ import re
 import signal
 import subprocess
 import typing
+import unicodedata
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -81,6 +82,8 @@ class Hyperparameters:
     batch_tokens: int = flag(8 * 48 * 1024, "tokens per optimizer step in the last stage, over all GPUs")
     micro_batch_tokens: int = flag(48 * 1024, "tokens per forward pass on one GPU in the last stage")
     prefix_table: str = flag("data/gpt2_prefix_tokens.npy", "each token's longest prefix token (the prefix loss)")
+    merge_table: str = flag("data/gpt2_merges.npy", "GPT-2's merges: the final validation leaves out the next tokens "
+                            "the tokenizer never emits after the previous one; '': it does not")
     # model
     vocab_size: int = flag(50304, "GPT-2's 50257 padded to a multiple of 128")
     ngram_rows: int = flag(377_280, "rows of the hashed n-gram embedding table: half for bigrams, half trigrams")
@@ -115,9 +118,9 @@ SMOKE_SETTINGS = dict(
     train_files="data/sample/sample_train_*.bin", val_files="data/sample/sample_val_*.bin",
     repeat_train_files=True, val_tokens=4096, val_seq_tokens=1024, batch_tokens=1536, micro_batch_tokens=768,
     layers="LlsM", ngram_rows=8192, model_dim=64, head_dim=32, scheduled_steps=24, extension_steps=2, val_loss_every=8,
-    warmup_steps=0,
+    warmup_steps=0, merge_table="",
 )
-PATH_FIELDS = ("train_files", "val_files", "prefix_table")  # relative to this file's folder unless given
+PATH_FIELDS = ("train_files", "val_files", "prefix_table", "merge_table")  # relative to this file's folder if not given
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,8 @@ def parse_args(argv):
     settings = {**(SMOKE_SETTINGS if given.get("smoke") else {})}
     for name in PATH_FIELDS:  # a path not given on the command line is the script's own, wherever it runs from
         default = settings.get(name, Hyperparameters.__dataclass_fields__[name].default)
-        settings[name] = str(Path(__file__).resolve().parent / default)
+        if default:
+            settings[name] = str(Path(__file__).resolve().parent / default)
     args = Hyperparameters(**{**settings, **given})
     check_hyperparameters(args)
     return args
@@ -217,6 +221,9 @@ def check_hyperparameters(args):
     if len(args.layers) < 4 or set(args.layers) - set("LlSsM-") or not set(args.layers) & set("ls"):
         raise UserError(f"--layers: {args.layers!r} is not at least 4 of the letters L, l, S, s, M and -, with at "
                         f"least one l or s (the head reads the first value embedding)")
+    if args.merge_table and args.vocab_size % 8:
+        raise UserError(f"--vocab_size: {args.vocab_size} is no multiple of 8, which the validation mask's rows of "
+                        f"bits need; pass --merge_table '' to validate without it")
     if args.model_dim % args.head_dim or args.head_dim % 4:
         raise UserError(f"--model_dim: {args.model_dim} must be a multiple of --head_dim {args.head_dim}, which "
                         f"must be a multiple of 4 (rotary turns a quarter of each head's dimension pairs)")
@@ -446,9 +453,11 @@ class Head(nn.Module):
     vocabulary alone: the logits, their loss kernels and the matmuls shrink to them, and only their rows of the
     weight get a gradient. They hold every target of the micro-batch, so every next and later token; a prefix
     token not among them is left out of the objective. No correction for the sampling: the loss is that of the
-    rows kept. Validation always takes the whole vocabulary."""
+    rows kept. Validation always takes the whole vocabulary, less (if masked) the next tokens that never follow
+    the previous one, in never_follows (#91; ValidationMask fills it before the final validation: zeros, which
+    mask nothing, until then)."""
 
-    def __init__(self, dim, vocab_size, fp8, prefix_tokens, initial_shares):
+    def __init__(self, dim, vocab_size, fp8, prefix_tokens, initial_shares, masked):
         super().__init__()
         self.weight = nn.Parameter(0.005 * torch.randn(vocab_size, dim))
         self.dense = DenseConnections(dim, initial_shares)
@@ -456,8 +465,10 @@ class Head(nn.Module):
         self.register_buffer("prefix_tokens", prefix_tokens.to(self.weight.device), persistent=False)
         most = max(len(stage.mtp) + len(stage.prefix) for stage in TRAINING_STAGES)
         self.register_buffer("loss_weights", torch.ones(most), persistent=False)
+        never_follows = torch.zeros(vocab_size, vocab_size // 8, dtype=torch.uint8) if masked else None
+        self.register_buffer("never_follows", never_follows, persistent=False)
 
-    def forward(self, x, sources, targets, candidates, mtp_terms, prefix_term):
+    def forward(self, x, sources, targets, candidates, mtp_terms, prefix_term, previous):
         x = rms_norm(self.dense(x, sources))
         if torch.is_grad_enabled():
             weight = self.weight
@@ -474,8 +485,13 @@ class Head(nn.Module):
             weights = self.loss_weights[: len(columns)]
             return HeadLoss.apply(x, weight, torch.stack(columns, dim=1), weights, self.fp8)
         # validation: no gradient to compute, and no FP8: the loss of the logits as they are in bf16
-        logits = F.linear(x, self.weight.type_as(x)).float()
-        return F.cross_entropy(softcap(logits), targets.long(), reduction="sum")
+        logits = softcap(F.linear(x, self.weight.type_as(x)).float())
+        if self.never_follows is not None:
+            bits = self.never_follows[previous.long()]
+            shifts = torch.arange(8, dtype=torch.uint8, device=bits.device)
+            never = ((bits.unsqueeze(-1) >> shifts) & 1).view(len(bits), -1).bool()
+            logits = logits.masked_fill(never, -math.inf)
+        return F.cross_entropy(logits, targets.long(), reduction="sum")
 
 
 class NgramTable(nn.Module):
@@ -568,7 +584,7 @@ class GPT(nn.Module):
         # and 9 of 11), and the first value embedding; the one after L-4, the saved residual, starts at -0.5 (backout)
         self.dense_layers = (L // 3, L - SAVED_RESIDUAL_READERS - 1, L - 2)
         self.head = Head(dim, args.vocab_size, fp8, load_prefix_table(args.prefix_table, args.vocab_size),
-                         initial_shares=[0.0, 0.0, -0.5, 0.0, 0.0])
+                         initial_shares=[0.0, 0.0, -0.5, 0.0, 0.0], masked=bool(args.merge_table))
 
     def layer_windows(self, windows):
         """Each layer's window; windows: (short, long) in tokens."""
@@ -610,7 +626,7 @@ class GPT(nn.Module):
             if i in (self.skip_from, saved, *self.dense_layers):
                 outputs[i] = x
         sources = [entering, *(outputs[i] for i in self.dense_layers), value_embeds[self.value_layers[0]]]
-        return self.head(x, sources, batch.targets, batch.candidates, len(state.mtp), bool(state.prefix))
+        return self.head(x, sources, batch.targets, batch.candidates, len(state.mtp), bool(state.prefix), inputs)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1568,6 +1584,144 @@ class PrefetchLoader:
 
 
 # ----------------------------------------------------------------------------------------------------
+# The validation mask (public record #91): pairs of tokens that GPT-2's tokenizer never emits one after the
+# other. The final validation leaves those next tokens out of the softmax; the training never sees the mask.
+
+# GPT-2's pre-tokenizer splits text into runs (a letter run, a number run, a run of other symbols, each with an
+# optional leading space; whitespace; the contractions) and BPE merges inside a run only. Its characters'
+# classes: S whitespace (its regex's \s: Python's isspace less 0x1c-0x1f), L letter, N number, O other.
+CONTRACTIONS = ("'s", "'t", "'re", "'ve", "'m", "'ll", "'d")
+
+
+def character_class(c):
+    if c.isspace() and c not in "\x1c\x1d\x1e\x1f":
+        return "S"
+    return {"L": "L", "N": "N"}.get(unicodedata.category(c)[0], "O")
+
+
+def edge_classes(text):
+    """The classes of a token's first and last whole characters ('?' where its bytes begin or end inside one)."""
+    def decodable(pieces):
+        for piece in pieces:
+            try:
+                return piece.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+        return None
+    first = decodable(text[:k] for k in range(1, 5) if k <= len(text))
+    last = decodable(text[-k:] for k in range(1, 5) if k <= len(text))
+    return (character_class(first[0]) if first else "?"), (character_class(last[-1]) if last else "?")
+
+
+def impossible_pairs(merges, vocab_size):
+    """Record #91's validation mask: the (previous, next) token pairs that GPT-2's tokenizer never emits, as
+    rows of bits, bit x of row p (little-endian within each byte) set when token x never follows token p:
+    uint8 (vocab_size, vocab_size // 8), and the number of pairs. merges: data/gpt2_merges.npy
+    (data/gpt2_merge_table.py).
+
+    The rule: BPE merges the pair of adjacent pieces of lowest rank first, and a token's id is the rank of the
+    merge that made it. Take a merge R = A + B. If p's last piece is still A when merges reach rank R (p's own
+    next merge of that piece, which wins a tie, comes later) and x's first piece is still B by then (x's next
+    merge of it does not come before R: at a tie the pair across the seam is the leftmost), then p followed by
+    x inside one pre-tokenizer run would have merged A and B across the seam: the tokenizer never emits x
+    after p. It holds only where the seam lies inside a run whatever the text around: not where x begins inside
+    a character, nor where p ends inside one (which character it completes, and so its class, is unknown:
+    #91 masks these, 11 pairs, 7 of them emitted), nor between whitespace (a run's last space may go to the
+    next run), nor from a symbol to a letter (an apostrophe may start a contraction), nor after a
+    contraction, a run of its own. <|endoftext|> and the padding ids are never masked, nor masked after. The
+    mask is conservative: a pair it leaves unmasked may still be impossible."""
+    assert vocab_size % 8 == 0 and len(merges) <= vocab_size
+    n, left, right = len(merges), merges[:, 0], merges[:, 1]
+    texts = []
+    for t in range(n):
+        texts.append(b"" if left[t] < 0 else bytes([left[t]]) if right[t] < 0 else texts[left[t]] + texts[right[t]])
+    classes = "SLNO?"
+    edges = [edge_classes(text) if text else "??" for text in texts]
+    start, end = (np.array([classes.index(edge[i]) for edge in edges]) for i in (0, 1))
+    seam_ok = np.ones((5, 5), dtype=bool)
+    seam_ok[4, :] = seam_ok[:, 4] = seam_ok[0, 0] = seam_ok[3, 1] = False
+    closed = np.array([text.decode("utf-8", "replace") in CONTRACTIONS for text in texts])
+    # each token's spine of last pieces (p, right[p], right[right[p]], ... down to a byte) and of first pieces,
+    # each piece with the rank of the merge that ends it as that edge (the piece above it; p itself: never)
+    never = 1 << 20
+    rules = np.flatnonzero(right >= 0)
+
+    def spines(child, usable):
+        """Every (piece, token, rank that ends it) of the tokens' spines, keyed by piece, then latest end first."""
+        pieces, tokens, ends = [], [], []
+        piece = np.flatnonzero(usable & (left >= 0))
+        token, ends_at = piece.copy(), np.full(len(piece), never)
+        while len(piece):
+            pieces.append(piece), tokens.append(token), ends.append(ends_at)
+            merged = right[piece] >= 0
+            token, ends_at, piece = token[merged], piece[merged], child[piece[merged]]
+        keys = np.concatenate(pieces).astype(np.int64) * 2 * never + never - np.concatenate(ends)
+        order = np.argsort(keys, kind="stable")
+        return keys[order], np.concatenate(tokens)[order]
+
+    def holders(spine, pieces, rank, strict):
+        """Where in the spine the tokens start whose edge is still `pieces` at `rank` (its end later than the
+        rank, or not earlier unless strict), and how many they are."""
+        keys = spine[0]
+        lo = np.searchsorted(keys, pieces.astype(np.int64) * 2 * never)
+        hi = np.searchsorted(keys, pieces.astype(np.int64) * 2 * never + never - rank, "left" if strict else "right")
+        return lo, hi - lo
+
+    lasts = spines(right, ~closed & (end != 4))
+    firsts = spines(left, start != 4)
+    p_lo, p_count = holders(lasts, left[rules], rules, strict=True)
+    x_lo, x_count = holders(firsts, right[rules], rules, strict=False)
+    bits = np.zeros(vocab_size * vocab_size, dtype=bool)
+    pairs = p_count * x_count
+    bounds = np.searchsorted(np.cumsum(pairs), np.arange(1, pairs.sum() // 2**24 + 2) * 2**24)
+    for chunk in np.split(np.arange(len(rules)), bounds):  # about 2**24 pairs at a time
+        rule = np.repeat(chunk, pairs[chunk])
+        k = np.arange(len(rule), dtype=np.int32) - np.repeat(np.cumsum(pairs[chunk], dtype=np.int32) - pairs[chunk],
+                                                             pairs[chunk])
+        p = lasts[1][p_lo[rule] + k // x_count[rule]]
+        x = firsts[1][x_lo[rule] + k % x_count[rule]]
+        keep = seam_ok[end[p], start[x]]
+        bits[p[keep].astype(np.int64) * vocab_size + x[keep]] = True
+    return np.packbits(bits.reshape(vocab_size, vocab_size), axis=1, bitorder="little"), int(bits.sum())
+
+
+def load_merge_table(path, vocab_size):
+    """GPT-2's merges as token ids (data/gpt2_merge_table.py), checked."""
+    try:
+        merges = np.load(path)
+    except (OSError, ValueError) as error:
+        raise UserError(f"{path}: cannot read the merge table ({error}); pass --merge_table '' to validate "
+                        f"without the mask, or build it with data/gpt2_merge_table.py") from None
+    if merges.ndim != 2 or merges.shape[1] != 2 or merges.dtype != np.int32 or not (
+            -1 <= merges.min() and (merges[:, 1] < np.arange(len(merges))).all()):
+        raise UserError(f"{path}: not a merge table (int32 rows of two token ids made before the row's)")
+    if len(merges) > vocab_size:
+        raise UserError(f"--vocab_size {vocab_size} is smaller than the merge table's {len(merges)} tokens")
+    return merges
+
+
+class ValidationMask:
+    """Builds impossible_pairs on a worker thread while the run trains, on the clock as #91 counts it, and puts
+    it in the head before the final validation. Every rank builds its own: no communication."""
+
+    def __init__(self, merges, head):
+        self.head, self.worker = head, ThreadPoolExecutor(1, thread_name_prefix="mask-builder")
+        self.bits = self.worker.submit(self.build, merges, head.never_follows.size(0))
+
+    @staticmethod
+    def build(merges, vocab_size):
+        clock = time.perf_counter()
+        return impossible_pairs(merges, vocab_size), time.perf_counter() - clock
+
+    def apply(self):
+        """Wait for the mask and put it in the head; returns the number of pairs masked and the build's seconds."""
+        (bits, pairs), seconds = self.bits.result()
+        self.worker.shutdown()
+        self.head.never_follows.copy_(torch.from_numpy(bits))
+        return pairs, seconds
+
+
+# ----------------------------------------------------------------------------------------------------
 # Logging: one file per run, rank 0 only, the script's own source first so that a log reproduces its run
 
 
@@ -1636,9 +1790,10 @@ def write_log_header(log, run_id, args, world_size, device):
         log(line, echo=False)
     log("==== end source ====", echo=False)
     log(f"hyperparameters: {json.dumps(dataclasses.asdict(args))}")
-    prefix_table = Path(args.prefix_table)  # a data file, so the source alone does not fix it
-    log(f"prefix_table_sha256: {hashlib.sha256(prefix_table.read_bytes()).hexdigest()}" if prefix_table.is_file()
-        else f"prefix_table_sha256: none, {prefix_table} is missing")
+    for name in ("prefix_table", "merge_table"):  # data files, so the source alone does not fix them
+        path = getattr(args, name)
+        log(f"{name}_sha256: {hashlib.sha256(Path(path).read_bytes()).hexdigest()}" if Path(path).is_file() and path
+            else f"{name}_sha256: none" + (f", {path} is missing" if path else ""))
     log(f"environment: {environment(world_size, device)}")
     log("==== nvidia-smi ====", echo=False)
     log(nvidia_smi(), echo=False)
@@ -1982,6 +2137,7 @@ class Run:
     train_loader: "PrefetchLoader"
     val_loader: "PrefetchLoader"
     model: "GPT"
+    merges: Optional[np.ndarray]  # the validation mask's source (ValidationMask), or None
     optimizers: Optional[Optimizers] = None  # warm_up's
 
     @property
@@ -2021,6 +2177,7 @@ def set_up(args, rank, world_size, device, log, startup):
                                vocab_size=args.vocab_size, ngram_rows=args.ngram_rows)
     val_source = ValSource(args.val_files, args.val_tokens, args.val_seq_tokens, rank, world_size, args.ngram_rows)
     train_loader, val_loader = PrefetchLoader(train_source, device), PrefetchLoader(val_source, device)
+    merges = load_merge_table(args.merge_table, args.vocab_size) if args.merge_table else None
     startup["data"] = time.perf_counter() - clock
     clock = time.perf_counter()
     precompiler = None
@@ -2033,7 +2190,7 @@ def set_up(args, rank, world_size, device, log, startup):
     model = build_model(args, device, world_size)
     startup["model"] = time.perf_counter() - clock
     run = Run(args, rank, world_size, device, shapes, val_shape, train_source, val_source, train_loader, val_loader,
-              model)
+              model, merges)
     return run, precompiler
 
 
@@ -2117,14 +2274,19 @@ class StepClock:
 
 def train_loop(run, log):
     """The timed steps, with validation at step 0, every val_loss_every steps and at the end (the clock
-    stopped), the weight average's blend before the last one (TailAverage), then the final lines."""
+    stopped), the weight average's blend (TailAverage) and the validation mask (ValidationMask, built meanwhile)
+    before the last one, then the final lines."""
     args, N = run.args, total_steps(run.args)
     tail, clock = TailAverage(run.model, args), StepClock(N, log)
+    mask = ValidationMask(run.merges, run.model.head) if run.merges is not None else None
     val_loss, step = float("nan"), 0
     try:
         for step in range(N + 1):
             if step == N:
                 tail.apply()
+                if mask is not None:
+                    pairs, seconds = mask.apply()
+                    log(f"validation_mask: {pairs} pairs, built in {seconds:.1f}s")
                 if run.cuda:
                     torch.cuda.synchronize()  # on the clock, as the last step's: finish() waits for its loss only
             if step in (0, N) or (args.val_loss_every and step % args.val_loss_every == 0):

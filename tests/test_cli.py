@@ -195,7 +195,7 @@ def test_ctrl_c_ends_the_run_with_one_line_in_the_log_and_status_130(where, work
 # untie step is 7, and the warm-up runs steps 0-1, 3-4, 7-8, 8-9 and 9-10 (a stage one step long spills into the
 # next). So stage 2's warm-up passes the untie step and the whole warm-up ends on an even step: what the warm-up
 # and precompile tests below need, from one run.
-WARM_UP_RUN = QUICK + ["--warmup_steps", "2", "--scheduled_steps", "10"]
+WARM_UP_RUN = QUICK + ["--warmup_steps", "2", "--scheduled_steps", "10", "--merge_table", "data/gpt2_merges.npy"]
 
 
 def recording_forward(calls):
@@ -217,6 +217,7 @@ class WatchedRun(typing.NamedTuple):
     forwards: list  # what each forward pass compiled for (recording_forward), warm-up and validation included
     log: list  # the lines of the run's log
     tail: list  # TailAverage's calls: ("update", step) or ("apply", train steps and forward passes before it)
+    masks: list  # ValidationMask.apply's calls: (train steps, forward passes before it, the head's mask before, after)
 
 
 @pytest.fixture(scope="module")
@@ -225,8 +226,16 @@ def warm_up_run(tmp_path_factory):
     it: each had a run of its own, 15 to 50 s on 2 cores."""
     workdir = tmp_path_factory.mktemp("warm_up_run")
     (workdir / "data").symlink_to(ROOT / "data")
-    train_step, steps, forwards, tail = tg.train_step, [], [], []
-    update, apply = tg.TailAverage.update, tg.TailAverage.apply
+    train_step, steps, forwards, tail, masks = tg.train_step, [], [], [], []
+    update, apply, apply_mask = tg.TailAverage.update, tg.TailAverage.apply, tg.ValidationMask.apply
+    fake_mask = np.zeros((50304, 50304 // 8), np.uint8)
+    fake_mask[1:, 1] = 1  # token 8 masked after every token but token 0 (impossible_pairs takes 10-20 s on 2 cores)
+
+    def watched_mask(self):
+        before = self.head.never_follows.clone()
+        result = apply_mask(self)
+        masks.append((len(steps), len(forwards), before, self.head.never_follows.clone()))
+        return result
 
     def with_grads(model):
         return [n for n, p in model.named_parameters() if p.grad is not None and p.grad.any()]
@@ -243,9 +252,11 @@ def warm_up_run(tmp_path_factory):
         patch.setattr(tg.TailAverage, "update", lambda self, step: tail.append(("update", step)) or update(self, step))
         patch.setattr(tg.TailAverage, "apply", lambda self: tail.append(("apply", len(steps), len(forwards)))
                       or apply(self))
+        patch.setattr(tg, "impossible_pairs", lambda merges, vocab_size: (fake_mask, 50303))
+        patch.setattr(tg.ValidationMask, "apply", watched_mask)
         status = tg.main(WARM_UP_RUN)
     (log,) = (workdir / "logs").glob("*.txt")
-    return WatchedRun(status, steps, forwards, read_log(log), tail)
+    return WatchedRun(status, steps, forwards, read_log(log), tail, masks)
 
 
 def test_warm_up_leaves_no_trace_in_the_run(warm_up_run):
@@ -279,6 +290,20 @@ def test_tail_average_takes_every_timed_step_and_ships_once_before_the_final_val
     assert steps_before == len(warm_up_run.steps)  # after the last training step
     final_validation = warm_up_run.forwards[forwards_before:]
     assert final_validation and not any(grad_mode for *_, grad_mode in final_validation)
+
+
+def test_validation_mask_ships_once_after_the_weight_average_and_before_the_final_validation(warm_up_run):
+    """#91's mask, built while the run trains, reaches the head once: after the last step and the weight average,
+    before the final validation's forward passes (the earlier validations ran with a mask of zeros, which masks
+    nothing), as the log says."""
+    assert warm_up_run.status == 0
+    (apply_tail,) = [event for event in warm_up_run.tail if event[0] == "apply"]
+    ((steps_before, forwards_before, before, after),) = warm_up_run.masks
+    assert steps_before == len(warm_up_run.steps) and forwards_before == apply_tail[2]
+    assert not before.any() and after[1:, 1].eq(1).all() and after.sum() == 50303
+    final_validation = warm_up_run.forwards[forwards_before:]
+    assert final_validation and not any(grad_mode for *_, grad_mode in final_validation)
+    assert "validation_mask: 50303 pairs, built in" in "\n".join(warm_up_run.log)
 
 
 def test_startup_line_splits_the_start_up_into_phases_that_add_up(warm_up_run):

@@ -84,7 +84,7 @@ def test_sampled_fp8_head_compiled_matches_float64():
     torch.manual_seed(0)
     V, T, P = 50304, 16384, 10240
     head = tg.Head(768, V, fp8=True, prefix_tokens=torch.full((V,), -1, dtype=torch.int32),
-                   initial_shares=[]).cuda()
+                   initial_shares=[], masked=False).cuda()
     with torch.no_grad():
         head.weight.normal_(0, 0.05).clamp_(-0.8, 0.8)
     targets = torch.randint(0, 8000, (T,), dtype=torch.int32)  # fewer distinct targets than rows
@@ -92,7 +92,7 @@ def test_sampled_fp8_head_compiled_matches_float64():
     assert tg.choose_candidates(targets.numpy(), V, 7, rows)
     candidates = torch.from_numpy(rows).cuda()
     x = torch.randn(T, 768, device="cuda").bfloat16().requires_grad_()
-    loss = torch.compile(head, fullgraph=True)(x, [], targets.cuda(), candidates, 1, False)
+    loss = torch.compile(head, fullgraph=True)(x, [], targets.cuda(), candidates, 1, False, None)
     loss.backward()
     x2 = x.detach().double().requires_grad_()
     w2 = head.weight.detach()[candidates.long()].double().requires_grad_()

@@ -664,7 +664,8 @@ def test_smoke_applies_smoke_settings_and_explicit_flags_win():
     args = tg.parse_args(["--scheduled_steps", "7", "--smoke", "--no-repeat_train_files"])
     for name, value in tg.SMOKE_SETTINGS.items():
         if name not in ("scheduled_steps", "repeat_train_files"):
-            assert getattr(args, name) == (str(SCRIPT_FOLDER / value) if name in tg.PATH_FIELDS else value), name
+            path = name in tg.PATH_FIELDS and value  # '' is no path: no file
+            assert getattr(args, name) == (str(SCRIPT_FOLDER / value) if path else value), name
     assert args.scheduled_steps == 7 and args.repeat_train_files is False and args.smoke
     assert tg.parse_args(["--no-smoke"]) == tg.parse_args([])
 
@@ -694,6 +695,7 @@ def test_parse_args_errors_name_the_flag(argv, message):
     (["--layers", "LSSM"], "--layers: 'LSSM' is not at least 4 of the letters L, l, S, s, M and -, with at least one l "
                            "or s"),
     (["--vocab_size", "50000"], "--vocab_size: 50000 is below its least value, 50257"),
+    (["--vocab_size", "50260"], "--vocab_size: 50260 is no multiple of 8, which the validation mask's rows"),
     (["--model_dim", "100"], "--model_dim: 100 must be a multiple of --head_dim 128"),
     (["--smoke", "--head_dim", "30", "--model_dim", "60"], "--model_dim: 60 must be a multiple of --head_dim 30, "
                                                              "which must be a multiple of 4"),
@@ -920,8 +922,9 @@ def check_log_format(lines, run_id, world_size):
     args = json.loads(lines[end + 1].removeprefix("hyperparameters: "))
     table = Path(args["prefix_table"]).read_bytes()
     assert lines[end + 2] == f"prefix_table_sha256: {hashlib.sha256(table).hexdigest()}"
-    assert lines[end + 3].startswith("environment: python=") and f"world_size={world_size} " in lines[end + 3]
-    assert lines[end + 4] == "==== nvidia-smi ===="
+    assert lines[end + 3] == "merge_table_sha256: none" and args["merge_table"] == ""  # the smoke run has no mask
+    assert lines[end + 4].startswith("environment: python=") and f"world_size={world_size} " in lines[end + 4]
+    assert lines[end + 5] == "==== nvidia-smi ===="
     rest = lines[lines.index("==== end nvidia-smi ====") + 1:]
 
     N, every = args["scheduled_steps"] + args["extension_steps"], args["val_loss_every"]
@@ -1084,7 +1087,7 @@ def test_head_builds_the_later_targets_and_the_prefix_targets_from_the_next_ones
     torch.manual_seed(0)
     prefix_tokens = torch.randint(0, 500, (500,), dtype=torch.int32)
     prefix_tokens[::3] = -1  # tokens without a prefix token
-    head = tg.Head(32, 500, fp8=False, prefix_tokens=prefix_tokens, initial_shares=[]).double()
+    head = tg.Head(32, 500, fp8=False, prefix_tokens=prefix_tokens, initial_shares=[], masked=False).double()
     weights = MTP_WEIGHTS + ((0.25,) if prefix_term else ())
     head.loss_weights[: len(weights)].copy_(torch.tensor(weights))
     x = torch.randn(64, 32, dtype=torch.float64, requires_grad=True)
@@ -1092,7 +1095,7 @@ def test_head_builds_the_later_targets_and_the_prefix_targets_from_the_next_ones
     if prefix_term:
         targets = torch.cat([targets, prefix_tokens[targets[:, :1].long()]], dim=1)
         assert (targets[:, 3] == -1).any() and (targets[:, 3] >= 0).any()
-    head(x, [], targets[:, 0], None, 3, prefix_term).backward()
+    head(x, [], targets[:, 0], None, 3, prefix_term, None).backward()
     x2 = x.detach().clone().requires_grad_()
     w2 = head.weight.detach().clone().requires_grad_()
     reference_head_loss(tg.rms_norm(x2), w2, targets, weights).backward()
@@ -1105,7 +1108,7 @@ def sampled_head_and_input(seed=0, vocab=500):
     torch.manual_seed(seed)
     prefix_tokens = torch.randint(0, vocab, (vocab,), dtype=torch.int32)
     prefix_tokens[::3] = -1
-    head = tg.Head(32, vocab, fp8=False, prefix_tokens=prefix_tokens, initial_shares=[]).double()
+    head = tg.Head(32, vocab, fp8=False, prefix_tokens=prefix_tokens, initial_shares=[], masked=False).double()
     head.loss_weights[:4].copy_(torch.tensor(MTP_WEIGHTS + (0.25,)))
     return head, torch.randn(64, 32, dtype=torch.float64), torch.randint(0, vocab, (64,), dtype=torch.int32)
 
@@ -1117,7 +1120,7 @@ def test_sampled_head_over_the_whole_vocabulary_is_the_head():
     for candidates in (None, torch.arange(500, dtype=torch.int32)):
         head.zero_grad()
         x1 = x.clone().requires_grad_()
-        loss = head(x1, [], targets, candidates, 3, True)
+        loss = head(x1, [], targets, candidates, 3, True, None)
         loss.backward()
         losses.append(loss.item())
         grads.append((x1.grad, head.weight.grad.clone()))
@@ -1135,7 +1138,7 @@ def test_sampled_head_is_the_softmax_over_the_candidate_rows_alone():
     prefix = head.prefix_tokens[targets.long()]
     assert (~torch.isin(prefix[prefix >= 0], candidates)).any()  # some prefix tokens are left out
     x1 = x.clone().requires_grad_()
-    head(x1, [], targets, candidates, 3, True).backward()
+    head(x1, [], targets, candidates, 3, True, None).backward()
 
     row = {int(token): i for i, token in enumerate(candidates)}
     remapped = torch.tensor([row[int(t)] for t in targets])
