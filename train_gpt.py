@@ -1430,6 +1430,13 @@ class TrainSource:
         return host, cursor
 
 
+def train_source(args, rank, world_size, pin_memory):
+    """The training shards as rank `rank` reads them, from the flags: the run, its compile helpers and the
+    benchmarks all build theirs here."""
+    return TrainSource(args.train_files, rank, world_size, args.repeat_train_files, pin_memory=pin_memory,
+                       vocab_size=args.vocab_size, ngram_rows=args.ngram_rows)
+
+
 class ValSource:
     """The first val_tokens tokens of the validation shards, in fixed chunks of `chunk` tokens, whatever
     the world size: rank r takes chunks r, r + world_size, ... and wraps around, so that the batch
@@ -2053,9 +2060,7 @@ def precompile(args, device, shapes, val_shape, stages):
             with torch.no_grad():
                 model(micro, state)
             continue
-        source = TrainSource(args.train_files, 0, 1, args.repeat_train_files, vocab_size=args.vocab_size,
-                             ngram_rows=args.ngram_rows)
-        loader = PrefetchLoader(source, device)
+        loader = PrefetchLoader(train_source(args, 0, 1, pin_memory=False), device)
         for step in warm_up_steps(args, shapes)[stage]:  # a short stage's warm-up spills into the next stage
             micro = loader.send(shapes[stage_index(step, args)])[0]
             state = step_state(step, args)
@@ -2173,10 +2178,9 @@ def set_up(args, rank, world_size, device, log, startup):
     shapes = [train_shape(args, world_size, stage) for stage in TRAINING_STAGES]  # every stage's sizes checked now
     val_shape = BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
     clock = time.perf_counter()  # the data first: a bad shard stops the run before any helper process starts
-    train_source = TrainSource(args.train_files, rank, world_size, args.repeat_train_files, pin_memory=cuda,
-                               vocab_size=args.vocab_size, ngram_rows=args.ngram_rows)
+    source = train_source(args, rank, world_size, pin_memory=cuda)
     val_source = ValSource(args.val_files, args.val_tokens, args.val_seq_tokens, rank, world_size, args.ngram_rows)
-    train_loader, val_loader = PrefetchLoader(train_source, device), PrefetchLoader(val_source, device)
+    train_loader, val_loader = PrefetchLoader(source, device), PrefetchLoader(val_source, device)
     merges = load_merge_table(args.merge_table, args.vocab_size) if args.merge_table else None
     startup["data"] = time.perf_counter() - clock
     clock = time.perf_counter()
@@ -2189,8 +2193,8 @@ def set_up(args, rank, world_size, device, log, startup):
     clock = time.perf_counter()
     model = build_model(args, device, world_size)
     startup["model"] = time.perf_counter() - clock
-    run = Run(args, rank, world_size, device, shapes, val_shape, train_source, val_source, train_loader, val_loader,
-              model, merges)
+    run = Run(args, rank, world_size, device, shapes, val_shape, source, val_source, train_loader, val_loader, model,
+              merges)
     return run, precompiler
 
 

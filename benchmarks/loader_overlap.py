@@ -117,11 +117,9 @@ def main():
     shape = tg.train_shape(args, 1, tg.TRAINING_STAGES[own.stage])
     step_numbers = stage_steps(args, own.stage)
     model = tg.build_model(args, device, 1)
-    source = lambda: tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True,
-                                    ngram_rows=args.ngram_rows)  # noqa: E731
-    prefetch = tg.PrefetchLoader(source(), device)
+    prefetch = tg.PrefetchLoader(tg.train_source(args, 0, 1, pin_memory=True), device)
     loaders = {"resident": ResidentLoader(prefetch.send(shape)), "prefetch": prefetch,
-               "synchronous": SynchronousLoader(source(), device)}
+               "synchronous": SynchronousLoader(tg.train_source(args, 0, 1, pin_memory=True), device)}
     steps = 12  # even: as many of each of the two step numbers
     results = {name: time_steps(model, loader, shape, step_numbers, args, steps) for name, loader in loaders.items()}
     results["prefetch (again)"] = time_steps(model, prefetch, shape, step_numbers, args, steps)  # run-to-run spread

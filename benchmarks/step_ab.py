@@ -9,9 +9,9 @@ stage of TRAINING_STAGES, at its first steps with its batch shape and windows, a
 compile) and `--steps` timed ones. Prints a table: the step time per stage, its ratio to the first
 revision's, the whole run's steps at those times (each stage's step times its number of steps: the time per
 token of the run, as every revision trains the same tokens) and its ratio, and peak memory. The revisions
-are measured one after another, so run them in one call, on one machine. Revisions older than
-TRAINING_STAGES (no stages, no tg.train_shape(args, world_size, stage)) cannot be measured by this script: use
-the step_ab.py of their own revision.
+are measured one after another, so run them in one call, on one machine. The data source is the run's own
+(tg.train_source, from the flags: pass --repeat_train_files for a small corpus). Revisions older than
+tg.train_source (2026-11-26) cannot be measured by this script: use the step_ab.py of their own revision.
 """
 import argparse
 import importlib.util
@@ -53,8 +53,8 @@ def measure(module_path, steps, flags):
     tg = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = tg  # inspect finds a class's source through its module (parse_args's --help)
     spec.loader.exec_module(tg)
-    if not hasattr(tg, "TRAINING_STAGES"):
-        sys.exit(f"{module_path} has no TRAINING_STAGES: it predates the staged schedule that this script measures")
+    if not hasattr(tg, "train_source"):
+        sys.exit(f"{module_path} has no train_source: it predates the set-up that this script shares with the run")
     try:
         print(json.dumps(measure_stages(tg, steps, flags)))
     except tg.UserError as error:  # a bad flag or data file: one line, as train_gpt.py reports it
@@ -65,9 +65,7 @@ def measure_stages(tg, steps, flags):
     args = tg.parse_args(flags)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = tg.build_model(args, device, 1)
-    source = tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=device.type == "cuda",
-                            ngram_rows=args.ngram_rows)
-    loader = tg.PrefetchLoader(source, device)
+    loader = tg.PrefetchLoader(tg.train_source(args, 0, 1, pin_memory=device.type == "cuda"), device)
     optimizers = tg.make_optimizers(model, args, 1)
     result, windows = {}, {}
     starts = tg.stage_starts(args)

@@ -118,9 +118,7 @@ def main():
     rank, world_size, device = tg.init_process()
     cuda = device.type == "cuda"
     model = tg.build_model(args, device, world_size)
-    source = tg.TrainSource(args.train_files, rank, world_size, repeat=True, pin_memory=cuda,
-                            ngram_rows=args.ngram_rows)
-    loader = tg.PrefetchLoader(source, device)
+    loader = tg.PrefetchLoader(tg.train_source(args, rank, world_size, pin_memory=cuda), device)
     optimizers = tg.make_optimizers(model, args, world_size)
 
     rows = []
