@@ -503,27 +503,45 @@ class NgramTable(nn.Module):
     The table is no parameter: a step reads a small part of its rows (at #92's size, a few hundred thousand of
     its 84.6 million), and only those may cost time. The step's rows are gathered into `cache` (once: the same
     rows for all of a step's micro-batches), a parameter of the step's size whose gradient is then that of those
-    rows alone; RowAdam writes their update back into the table. The table has a padding row at its end
-    (RowAdam's, with several ranks)."""
+    rows alone; RowAdam writes their update back into the table.
 
-    def __init__(self, rows, dim, capacity):
+    With several ranks the table is sharded: row r lives on rank r % world_size, as its row r // world_size
+    (a hash spreads a step's rows evenly over the ranks). A fetch asks each owner for the rows it holds and
+    receives them (all_to_all), and keeps the exchange, by which RowAdam sends their gradients back. Every rank
+    fetches as often as the others (once a step, once a validation batch: serve() where it has no batch)."""
+
+    def __init__(self, rows, dim, capacity, world_size=1):
         super().__init__()
+        self.rows, self.world_size = rows, world_size
+        self.rank = dist.get_rank() if world_size > 1 else 0
         # made in bf16 on a GPU: as float32 first, a table of #92's size would not fit there
         dtype = torch.bfloat16 if torch.get_default_device().type == "cuda" else torch.float32
-        self.register_buffer("table", torch.zeros(rows + 1, dim, dtype=dtype), persistent=False)  # no copy in states
+        shard = len(range(self.rank, rows, world_size))
+        self.register_buffer("table", torch.zeros(shard, dim, dtype=dtype), persistent=False)  # no copy in states
         self.cache = nn.Parameter(torch.zeros(capacity, dim, dtype=dtype))
         signs = torch.randn(NGRAM_SIGN_ROWS, dim, generator=torch.Generator().manual_seed(NGRAM_SIGN_ROWS),
                             device="cpu")  # the same on every rank and device
         # bf16 holds +-1 exactly, and the product takes the table's dtype
         self.register_buffer("signs", signs.sign().to(self.table.device), persistent=False)
         self.fetched = None  # the rows in the cache
+        self.exchange = None  # the last fetch's, with several ranks: RowExchange
 
     @torch.no_grad()
     def fetch(self, rows):
         """Gather `rows` of the table into the cache, unless they are there already (a step's next micro-batch)."""
-        if rows is not self.fetched:
+        if rows is self.fetched:
+            return
+        if self.world_size == 1:
             torch.index_select(self.table, 0, rows, out=self.cache.data[: len(rows)])
-            self.fetched = rows
+        else:
+            self.exchange = RowExchange(rows, self.world_size)
+            self.exchange.receive(self.table, out=self.cache.data[: len(rows)])
+        self.fetched = rows
+
+    def serve(self):
+        """Take part in the other ranks' fetch while asking for no rows (validation: this rank's batches ran out)."""
+        if self.world_size > 1:
+            self.fetch(torch.empty(0, dtype=torch.int32, device=self.table.device))
 
     def forward(self, batch):
         if batch.ngram_rows is not None:
@@ -551,8 +569,41 @@ class RowLookup(torch.autograd.Function):
         return None, None
 
 
+class RowExchange:
+    """One fetch of the sharded n-gram table's rows (NgramTable): each rank asks the owner of each row it needs
+    (rank row % world_size) for it, and the owners send their rows' values; RowAdam later sends the rows'
+    gradients back the same way. The requests are grouped by owner (`order`); `asked` holds the local rows
+    that the other ranks asked this rank for, by rank. Splits are on the host: all_to_all takes them so."""
+
+    def __init__(self, rows, world_size):
+        owner = rows % world_size
+        self.order = torch.argsort(owner, stable=True)
+        wanted = rows[self.order] // world_size
+        sent = torch.bincount(owner, minlength=world_size)
+        received = torch.empty_like(sent)
+        dist.all_to_all_single(received, sent)
+        self.sent, self.received = sent.tolist(), received.tolist()  # waits for the counts: one sync a fetch
+        self.asked = wanted.new_empty(sum(self.received))
+        dist.all_to_all_single(self.asked, wanted, self.received, self.sent)
+
+    def receive(self, table, out):
+        """The rows asked for, from their owners' tables, into `out` in the order they were asked for."""
+        values = out.new_empty(len(out), out.size(1))
+        dist.all_to_all_single(values, table[self.asked.long()], self.sent, self.received)
+        out.index_copy_(0, self.order, values)
+
+    def send_back(self, grad):
+        """Each row's gradient (grad, in the order the rows were asked for) to its owner: the local rows this rank
+        owns and was sent gradients for, each once, and their gradients summed over the ranks (float32)."""
+        incoming = grad.new_empty(len(self.asked), grad.size(1))
+        dist.all_to_all_single(incoming, grad[self.order].contiguous(), self.received, self.sent)
+        local, position = torch.unique(self.asked, return_inverse=True)
+        summed = torch.zeros(len(local), grad.size(1), device=grad.device).index_add_(0, position, incoming.float())
+        return local, summed
+
+
 class GPT(nn.Module):
-    def __init__(self, args: Hyperparameters, fp8):
+    def __init__(self, args: Hyperparameters, fp8, world_size=1):
         super().__init__()
         dim, L = args.model_dim, len(args.layers)
         self.rotary = Rotary(args.head_dim, max_len=max(args.micro_batch_tokens, args.val_seq_tokens))
@@ -562,8 +613,8 @@ class GPT(nn.Module):
         self.smear_gate = CastedLinear(12, 1, zero_init=True)  # how much of the previous token, from e[:12]
         self.smear_lambda = nn.Parameter(torch.zeros(()))  # zero: the smear starts as a no-op
         # a step's tokens read at most two rows each: the cache's room, at the largest batch of one rank
-        capacity = 2 * max(args.batch_tokens, args.val_seq_tokens)
-        self.ngram = NgramTable(args.ngram_rows, dim, capacity)
+        capacity = 2 * max(args.batch_tokens // world_size, args.val_seq_tokens)
+        self.ngram = NgramTable(args.ngram_rows, dim, capacity, world_size)
         # before layer 0; after attention in 1, 2, ... (the entries of layers without attention are unused)
         self.ngram_weights = nn.Parameter(torch.full((L,), 0.05))
         # value embeddings, one for each layer whose letter is l or s; small at first (0.01, not nn.Embedding's 1):
@@ -865,16 +916,16 @@ class RowAdam(torch.optim.Optimizer):
     it is next read, from the sum of log(1 - decay) over the steps (log_decay) and the step it was last read
     (last_step). Cautious decay needs an update to compare with, so these steps' decay is plain.
 
-    With several ranks every rank keeps the whole table: the ranks' rows and gradients are all-gathered, the
-    gradients of a row summed, and every rank makes the same updates.
+    With several ranks each rank updates the rows of its shard of the table that any rank read: the fetch's
+    RowExchange sends each row's gradient to its owner, which sums them over the ranks.
 
     Group keys: lr (the scheduled base rate, set every step), lr_mul, wd (adam_wd times wd_mul), beta2."""
 
-    def __init__(self, ngram, config, lr, wd, steps, world_size=1, eps=1e-10):
+    def __init__(self, ngram, config, lr, wd, steps, eps=1e-10):
         super().__init__([ngram.cache], dict(lr=lr, lr_mul=config.lr_mul, wd=wd * config.wd_mul,
                                              beta2=config.betas[1], eps=eps))
         assert config.betas[0] == 0, "RowAdam has no momentum"
-        self.ngram, self.table, self.world_size = ngram, ngram.table, world_size
+        self.ngram, self.table = ngram, ngram.table
         self.second_moment = torch.zeros(len(self.table), device=self.table.device)
         self.last_step = torch.full((len(self.table),), -1, dtype=torch.int32, device=self.table.device)
         self.log_decay = torch.zeros(steps + 1, dtype=torch.float64, device=self.table.device)  # before each step
@@ -885,7 +936,7 @@ class RowAdam(torch.optim.Optimizer):
         """The update of step `step`, whose ngram_rows are `rows` (this rank's)."""
         group = self.param_groups[0]
         written = group["params"][0].grad[: len(rows)]  # the step's rows' places: the rest stays zero
-        rows, grad = self.sum_over_ranks(rows, written) if self.world_size > 1 else (rows, written)
+        rows, grad = self.ngram.exchange.send_back(written) if self.ngram.world_size > 1 else (rows, written)
         rows = rows.long()
         lr, beta2 = group["lr"] * group["lr_mul"], group["beta2"]
         decay = lr * lr * group["wd"]
@@ -905,25 +956,6 @@ class RowAdam(torch.optim.Optimizer):
             self.log_decay[step + 1].fill_(self.total_log_decay)
         self.ngram.fetched = None  # the cache holds the rows as they were
         written.zero_()  # in place (the CUDA graphs add into it), and not the whole cache: 1.2 GB at 393K tokens
-
-    def sum_over_ranks(self, rows, grad):
-        """All ranks' rows, each once (and padding rows), and their gradients summed over the ranks. Each rank's
-        share is padded to a world_size-th of the cache, which has room for the whole batch's two rows a token
-        (NgramTable; all_gather takes equal shares)."""
-        size, padding = -(-len(self.ngram.cache) // self.world_size), len(self.table) - 1
-        rows, grad = F.pad(rows, (0, size - len(rows)), value=padding), F.pad(grad, (0, 0, 0, size - len(grad)))
-        all_rows = rows.new_empty(self.world_size * size)
-        all_grads = grad.new_empty(self.world_size * size, grad.size(1))
-        dist.all_gather_into_tensor(all_rows, rows)
-        dist.all_gather_into_tensor(all_grads, grad.contiguous())
-        all_rows, order = all_rows.sort()
-        first = torch.ones_like(all_rows, dtype=torch.bool)
-        first[1:] = all_rows[1:] != all_rows[:-1]
-        segment = first.cumsum(0) - 1  # each entry's place among the distinct rows
-        summed = torch.zeros(len(all_rows), grad.size(1), device=grad.device).index_add_(0, segment,
-                                                                                        all_grads[order].float())
-        distinct = torch.full_like(all_rows, padding).scatter_(0, segment, all_rows)
-        return distinct, summed
 
 
 class GradientEvents:
@@ -1043,8 +1075,7 @@ def make_optimizers(model, args, world_size):
     optimizers = Optimizers(
         Adam(others, lr=args.adam_lr, wd=args.adam_wd, world_size=world_size),
         NorMuon(matrices, lr=args.matrix_lr, wd=args.matrix_wd, world_size=world_size),
-        RowAdam(model.ngram, param_config("ngram.cache"), lr=args.adam_lr, wd=args.adam_wd, steps=total_steps(args),
-                world_size=world_size))
+        RowAdam(model.ngram, param_config("ngram.cache"), lr=args.adam_lr, wd=args.adam_wd, steps=total_steps(args)))
     for opt in optimizers:
         for group in opt.param_groups:
             group["initial_lr"] = group["lr"]
@@ -1882,7 +1913,7 @@ def build_model(args, device, world_size):
     cuda = device.type == "cuda"
     torch.manual_seed(args.seed)
     with device:  # initialised where it lives: on the CPU, its 0.57G parameters took 12 s of start-up
-        model = GPT(args, fp8=cuda and torch.cuda.get_device_capability(device) >= (9, 0))
+        model = GPT(args, fp8=cuda and torch.cuda.get_device_capability(device) >= (9, 0), world_size=world_size)
     if cuda:
         for embedding in (model.embed, *model.value_embeds, model.ngram):
             embedding.bfloat16()  # activations follow the embeddings' dtype: bf16 throughout
@@ -2156,11 +2187,18 @@ class Run:
 
     @torch.no_grad()
     def evaluate(self, step, num_batches=None, bar=None):
-        """The validation loss per token with step `step`'s windows; num_batches: fewer than this rank's share."""
+        """The validation loss per token with step `step`'s windows; num_batches: fewer batches than rank 0's
+        share, the largest. A rank whose share has run out serves the others' fetches from its shard of the
+        n-gram table as long as rank 0 validates."""
         args, model, state = self.args, self.model, validation_state(step, self.args)
         model.prepare(state)
         loss = torch.zeros((), device=self.device)
-        for _ in range(self.val_source.batches_for_rank(self.rank) if num_batches is None else num_batches):
+        most = self.val_source.batches_for_rank(0) if num_batches is None else num_batches
+        mine = min(most, self.val_source.batches_for_rank(self.rank))
+        for i in range(most):
+            if i >= mine:
+                model.ngram.serve()
+                continue
             (micro,) = self.val_loader.send(self.val_shape)
             loss += model(micro, state)
             if bar is not None:
@@ -2217,7 +2255,7 @@ def warm_up(run, precompiler, startup):
     clock = time.perf_counter()
     if precompiler is not None:
         precompiler.wait(None, run.world_size)
-    run.evaluate(0, num_batches=min(1, run.val_source.batches_for_rank(run.rank)))  # compiles the validation shape
+    run.evaluate(0, num_batches=min(1, run.val_source.batches_for_rank(0)))  # compiles the validation shape
     startup["validation warm-up"] = time.perf_counter() - clock
     if run.cuda and args.compile_cache and run.rank == 0:
         save_compile_cache(args.compile_cache)

@@ -56,11 +56,15 @@ def randomise_zero_initialised(model, seed=0):
     """Output projections (and zero-initialised scalars) start at zero, which makes many gradients zero: give them
     values so that a comparison of gradients means something."""
     generator = torch.Generator().manual_seed(seed)
+    ngram = model.ngram
     with torch.no_grad():
-        for p in [*model.parameters(), model.ngram.table]:  # the n-gram table starts at zero, and is no parameter
-            if not p.any():
+        for p in model.parameters():
+            if not p.any() and p is not ngram.cache:  # the cache's size is one rank's; a fetch fills it
                 p.copy_(0.02 * torch.randn(p.shape, generator=generator))
-    model.ngram.fetched = None
+        # the n-gram table starts at zero, and is no parameter; with several ranks, each holds its shard of it
+        table = 0.02 * torch.randn(ngram.rows, ngram.table.size(1), generator=generator)
+        ngram.table.copy_(table[ngram.rank::ngram.world_size])
+    ngram.fetched = None
 
 
 @pytest.fixture
