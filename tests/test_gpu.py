@@ -1,10 +1,15 @@
 """Checks of the CUDA-only paths: run on a GPU machine with `python -m pytest tests/test_gpu.py`.
 Skipped where there is no GPU (CI)."""
 import fnmatch
+import os
+import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 import train_gpt as tg
@@ -305,3 +310,55 @@ def test_work_after_gradient_events_sees_each_replay_s_final_gradients_before_it
             assert begin.elapsed_time(read) < begin.elapsed_time(end), call
     assert len(model.graphs.graphs) == 1
     assert not torch._dynamo.utils.counters["graph_break"]
+
+
+def nccl_sharded_table(rank, world_size, port, out_dir):
+    """test_model's sharded-table steps on GPU `rank` of world_size, through NCCL: saves what each fetch brought
+    and this rank's shard after the steps."""
+    from test_model import sharded_table_steps
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=torch.device("cuda", rank))
+    try:
+        table, plan = sharded_table_steps(world_size)
+        with torch.device("cuda"):  # the table in bf16, as in a run
+            ngram = tg.NgramTable(len(table), table.size(1), capacity=64, world_size=world_size)
+            opt = tg.RowAdam(ngram, tg.param_config("ngram.cache"), lr=0.002, wd=0.5, steps=len(plan))
+        with torch.no_grad():
+            ngram.table.copy_(table[rank::world_size])
+        fetched = []
+        for step, per_rank in enumerate(plan):
+            rows, grad = (t.cuda() for t in per_rank[rank])
+            ngram.fetch(rows.int())
+            fetched.append(ngram.cache[: len(rows)].detach().float().cpu())
+            ngram.cache.grad = torch.zeros_like(ngram.cache)
+            ngram.cache.grad[: len(rows)] = grad.to(ngram.cache.dtype)
+            opt.step(rows.int(), step)
+        torch.save((fetched, ngram.table.float().cpu()), Path(out_dir) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_sharded_ngram_table_over_nccl_fetches_and_updates_as_one_table_does(tmp_path):
+    """The sharded table's all_to_all exchanges through NCCL on 2 GPUs, in bf16, against one process's float32
+    table on the CPU (test_model.run_sharded_table): every fetch, and the shards after 5 steps."""
+    from test_model import run_sharded_table, sharded_table_steps
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(nccl_sharded_table, args=(2, port, str(tmp_path)), nprocs=2)
+    table, plan = sharded_table_steps(2)
+    single_fetched, single = run_sharded_table(0, 1, 2)
+    results = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
+    assembled = torch.empty_like(table)
+    for rank, (_, shard) in enumerate(results):
+        assembled[rank::2] = shard
+    assert rel_error(assembled, single) < 2e-2 and rel_error(assembled, table) > 0.1
+    for step, per_rank in enumerate(plan):
+        union = torch.cat([read for read, _ in per_rank]).unique()
+        for rank, (read, _) in enumerate(per_rank):
+            expected = single_fetched[step][torch.searchsorted(union, read)]
+            assert results[rank][0][step].shape == expected.shape
+            if len(read):
+                assert rel_error(results[rank][0][step], expected) < 2e-2, (step, rank)
