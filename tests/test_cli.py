@@ -1,6 +1,7 @@
 """train_gpt.py as a user meets it: one-line errors for bad input, tracebacks for internal errors, and the
 console (a progress bar on a terminal, plain lines elsewhere)."""
 import fcntl
+import gc
 import io
 import os
 import pty
@@ -218,6 +219,7 @@ class WatchedRun(typing.NamedTuple):
     log: list  # the lines of the run's log
     tail: list  # TailAverage's calls: ("update", step) or ("apply", train steps and forward passes before it)
     masks: list  # ValidationMask.apply's calls: (train steps, forward passes before it, the head's mask before, after)
+    collecting: list  # whether Python's garbage collector was on at each train_step, warm-up included
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +228,7 @@ def warm_up_run(tmp_path_factory):
     it: each had a run of its own, 15 to 50 s on 2 cores."""
     workdir = tmp_path_factory.mktemp("warm_up_run")
     (workdir / "data").symlink_to(ROOT / "data")
-    train_step, steps, forwards, tail, masks = tg.train_step, [], [], [], []
+    train_step, steps, forwards, tail, masks, collecting = tg.train_step, [], [], [], [], []
     update, apply, apply_mask = tg.TailAverage.update, tg.TailAverage.apply, tg.ValidationMask.apply
     fake_mask = np.zeros((50304, 50304 // 8), np.uint8)
     fake_mask[1:, 1] = 1  # token 8 masked after every token but token 0 (impossible_pairs takes 10-20 s on 2 cores)
@@ -242,6 +244,7 @@ def warm_up_run(tmp_path_factory):
 
     def watched(model, micro_batches, optimizers, step, args, world_size):
         before = with_grads(model)
+        collecting.append(gc.isenabled())
         loss = train_step(model, micro_batches, optimizers, step, args, world_size)
         steps.append((step, before, with_grads(model)))
         return loss
@@ -256,7 +259,8 @@ def warm_up_run(tmp_path_factory):
         patch.setattr(tg.ValidationMask, "apply", watched_mask)
         status = tg.main(WARM_UP_RUN)
     (log,) = (workdir / "logs").glob("*.txt")
-    return WatchedRun(status, steps, forwards, read_log(log), tail, masks)
+    assert gc.isenabled() and not gc.get_freeze_count()  # the run gave the garbage collector back
+    return WatchedRun(status, steps, forwards, read_log(log), tail, masks, collecting)
 
 
 def test_warm_up_leaves_no_trace_in_the_run(warm_up_run):
@@ -304,6 +308,13 @@ def test_validation_mask_ships_once_after_the_weight_average_and_before_the_fina
     final_validation = warm_up_run.forwards[forwards_before:]
     assert final_validation and not any(grad_mode for *_, grad_mode in final_validation)
     assert "validation_mask: 50303 pairs, built in" in "\n".join(warm_up_run.log)
+
+
+def test_garbage_collector_is_off_in_the_timed_steps_only(warm_up_run):
+    """Python's cyclic collector runs in the warm-up (10 steps here) and is off for the 12 timed steps: a pass in
+    the loop would stall the host that queues the steps. The fixture checks that the run turns it back on."""
+    assert warm_up_run.status == 0
+    assert warm_up_run.collecting == [True] * 10 + [False] * 12
 
 
 def test_startup_line_splits_the_start_up_into_phases_that_add_up(warm_up_run):
