@@ -1025,10 +1025,11 @@ def check_log_format(lines, run_id, world_size):
 
 def run_in_copy(tmp_path, command):
     """Run `command` where ./train_gpt.py and ./data lead to the repository's, so that logs/ is tmp_path's;
-    returns the lines of the one log it wrote, and its run id."""
+    returns the lines of the one log it wrote, and its run id. A run that hangs (ranks waiting on a collective
+    that another rank never joins) fails after 5 minutes instead of holding CI to its limit."""
     for name in ("train_gpt.py", "data"):
         (tmp_path / name).symlink_to(ROOT / name)
-    run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     ranks = [line for line in run.stderr.splitlines() if line.startswith("[rank")]  # torchrun's children
     assert run.returncode == 0, "\n".join(ranks[-40:]) or run.stderr[-3000:]
     (log,) = (tmp_path / "logs").glob("*.txt")
