@@ -595,12 +595,18 @@ class RowExchange:
 
     def send_back(self, grad):
         """Each row's gradient (grad, in the order the rows were asked for) to its owner: the local rows this rank
-        owns and was sent gradients for, each once, and their gradients summed over the ranks (float32)."""
+        was sent gradients for, sorted, and each one's gradient summed over the ranks (float32). A row several
+        ranks asked for comes once per rank, each time with the whole sum, so that its updates agree. No
+        torch.unique: its size would make the host wait for the backward pass."""
         incoming = grad.new_empty(len(self.asked), grad.size(1))
         dist.all_to_all_single(incoming, grad[self.order].contiguous(), self.received, self.sent)
-        local, position = torch.unique(self.asked, return_inverse=True)
-        summed = torch.zeros(len(local), grad.size(1), device=grad.device).index_add_(0, position, incoming.float())
-        return local, summed
+        local, by_row = self.asked.sort()
+        first = torch.ones_like(local, dtype=torch.bool)
+        first[1:] = local[1:] != local[:-1]
+        segment = first.cumsum(0) - 1  # each entry's place among the distinct rows
+        summed = torch.zeros(len(local), grad.size(1), device=grad.device).index_add_(0, segment,
+                                                                                    incoming[by_row].float())
+        return local, summed[segment]
 
 
 class GPT(nn.Module):
@@ -918,7 +924,8 @@ class RowAdam(torch.optim.Optimizer):
     (last_step). Cautious decay needs an update to compare with, so these steps' decay is plain.
 
     With several ranks each rank updates the rows of its shard of the table that any rank read: the fetch's
-    RowExchange sends each row's gradient to its owner, which sums them over the ranks.
+    RowExchange sends each row's gradient to its owner, which sums them over the ranks (a row read by several
+    ranks comes as often, with the same sum: its writes agree).
 
     Group keys: lr (the scheduled base rate, set every step), lr_mul, wd (adam_wd times wd_mul), beta2."""
 
