@@ -508,13 +508,15 @@ class NgramTable(nn.Module):
 
     With several ranks the table is sharded: row r lives on rank r % world_size, as its row r // world_size
     (a hash spreads a step's rows evenly over the ranks). A fetch asks each owner for the rows it holds and
-    receives them (all_to_all), and keeps the exchange, by which RowAdam sends their gradients back. Every rank
+    receives them (RowExchange), and keeps the exchange, by which RowAdam sends their gradients back. Every rank
     fetches as often as the others (once a step, once a validation batch: serve() where it has no batch)."""
 
     def __init__(self, rows, dim, capacity, world_size=1):
         super().__init__()
         self.rows, self.world_size = rows, world_size
         self.rank = dist.get_rank() if world_size > 1 else 0
+        # the exchanges' sizes go between the hosts: over NCCL they would make each host wait for its GPU
+        self.host_group = dist.new_group(backend="gloo") if world_size > 1 else None
         # made in bf16 on a GPU: as float32 first, a table of #92's size would not fit there
         dtype = torch.bfloat16 if torch.get_default_device().type == "cuda" else torch.float32
         shard = len(range(self.rank, rows, world_size))
@@ -528,25 +530,26 @@ class NgramTable(nn.Module):
         self.exchange = None  # the last fetch's, with several ranks: RowExchange
 
     @torch.no_grad()
-    def fetch(self, rows):
-        """Gather `rows` of the table into the cache, unless they are there already (a step's next micro-batch)."""
+    def fetch(self, rows, owners):
+        """Gather `rows` of the table into the cache, unless they are there already (a step's next micro-batch);
+        owners: how many of them each rank holds (they come grouped by rank: gather_ngram_rows)."""
         if rows is self.fetched:
             return
         if self.world_size == 1:
             torch.index_select(self.table, 0, rows, out=self.cache.data[: len(rows)])
         else:
-            self.exchange = RowExchange(rows, self.world_size)
+            self.exchange = RowExchange(rows, owners, self.world_size, self.host_group)
             self.exchange.receive(self.table, out=self.cache.data[: len(rows)])
         self.fetched = rows
 
     def serve(self):
         """Take part in the other ranks' fetch while asking for no rows (validation: this rank's batches ran out)."""
         if self.world_size > 1:
-            self.fetch(torch.empty(0, dtype=torch.int32, device=self.table.device))
+            self.fetch(torch.empty(0, dtype=torch.int32, device=self.table.device), (0,) * self.world_size)
 
     def forward(self, batch):
         if batch.ngram_rows is not None:
-            self.fetch(batch.ngram_rows)
+            self.fetch(batch.ngram_rows, batch.ngram_owners)
         return (RowLookup.apply(self.cache, batch.bigram_slots) * self.signs[batch.bigram_signs]
                 + RowLookup.apply(self.cache, batch.trigram_slots) * self.signs[batch.trigram_signs])
 
@@ -573,25 +576,21 @@ class RowLookup(torch.autograd.Function):
 class RowExchange:
     """One fetch of the sharded n-gram table's rows (NgramTable): each rank asks the owner of each row it needs
     (rank row % world_size) for it, and the owners send their rows' values; RowAdam later sends the rows'
-    gradients back the same way. The requests are grouped by owner (`order`); `asked` holds the local rows
-    that the other ranks asked this rank for, by rank. Splits are on the host: all_to_all takes them so."""
+    gradients back the same way. The rows come grouped by owner, so the exchanges (all_to_all, uneven splits)
+    read and write them in place. `asked` holds the local rows that the other ranks asked this rank for, by
+    rank. The splits must be on the host: each rank's own come from the loader (gather_ngram_rows), the
+    others' through host_group, a gloo group, so no host waits for its GPU."""
 
-    def __init__(self, rows, world_size):
-        owner = rows % world_size
-        self.order = torch.argsort(owner, stable=True)
-        wanted = rows[self.order] // world_size
-        sent = torch.bincount(owner, minlength=world_size)
-        received = torch.empty_like(sent)
-        dist.all_to_all_single(received, sent)
-        self.sent, self.received = sent.tolist(), received.tolist()  # waits for the counts: one sync a fetch
-        self.asked = wanted.new_empty(sum(self.received))
-        dist.all_to_all_single(self.asked, wanted, self.received, self.sent)
+    def __init__(self, rows, owners, world_size, host_group):
+        sent, received = torch.tensor(owners, dtype=torch.int64), torch.empty(world_size, dtype=torch.int64)
+        dist.all_to_all_single(received, sent, group=host_group)
+        self.sent, self.received = list(owners), received.tolist()
+        self.asked = rows.new_empty(sum(self.received))
+        dist.all_to_all_single(self.asked, rows // world_size, self.received, self.sent)
 
     def receive(self, table, out):
         """The rows asked for, from their owners' tables, into `out` in the order they were asked for."""
-        values = out.new_empty(len(out), out.size(1))
-        dist.all_to_all_single(values, table[self.asked.long()], self.sent, self.received)
-        out.index_copy_(0, self.order, values)
+        dist.all_to_all_single(out, table[self.asked.long()], self.sent, self.received)
 
     def send_back(self, grad):
         """Each row's gradient (grad, in the order the rows were asked for) to its owner: the local rows this rank
@@ -599,7 +598,7 @@ class RowExchange:
         ranks asked for comes once per rank, each time with the whole sum, so that its updates agree. No
         torch.unique: its size would make the host wait for the backward pass."""
         incoming = grad.new_empty(len(self.asked), grad.size(1))
-        dist.all_to_all_single(incoming, grad[self.order].contiguous(), self.received, self.sent)
+        dist.all_to_all_single(incoming, grad.contiguous(), self.received, self.sent)
         local, by_row = self.asked.sort()
         first = torch.ones_like(local, dtype=torch.bool)
         first[1:] = local[1:] != local[:-1]
@@ -1334,13 +1333,13 @@ class HostBatch:
     num_seqs: list  # per micro-batch
     max_lens: list  # per micro-batch
     sampled: list  # per micro-batch: whether its candidates held all its targets (else: the whole vocabulary)
-    ngram_count: int = 0  # the step's distinct n-gram rows (gather_ngram_rows)
+    ngram_owners: tuple = ()  # how many of the step's distinct n-gram rows each rank holds (gather_ngram_rows)
 
     def tensors(self):
         """The filled part of the slot, one tensor per name in HOST_FIELDS."""
         n_tokens = self.shape.tokens * self.shape.accum_steps
         filled = {"cu_seqlens": sum(n + 1 for n in self.num_seqs),
-                  "candidates": self.shape.candidates * self.shape.accum_steps, "ngram_rows": self.ngram_count}
+                  "candidates": self.shape.candidates * self.shape.accum_steps, "ngram_rows": sum(self.ngram_owners)}
         return [self.buffers.tensors[name][: filled.get(name, n_tokens)] for name in HOST_FIELDS]
 
 
@@ -1360,13 +1359,18 @@ def hash_ngrams(inputs, table_rows, bigram_rows, trigram_rows, bigram_signs, tri
     trigram_signs[2:] = (x[2:] ^ 3 * x[1:-1] ^ 7 * x[:-2]) % NGRAM_SIGN_ROWS
 
 
-def gather_ngram_rows(bigram_rows, trigram_rows, out):
-    """The step's n-gram rows: the distinct rows its tokens read, ascending, into the start of `out`; each
-    token's rows become their places there (its slots), in place. Returns their number."""
+def gather_ngram_rows(bigram_rows, trigram_rows, out, world_size=1):
+    """The step's n-gram rows: the distinct rows its tokens read, into the start of `out`, grouped by the rank
+    that holds them in a sharded table (row % world_size; NgramTable), ascending within each group; each
+    token's rows become their places there (its slots), in place. Returns the groups' sizes: on the host
+    before the step, they are what the table's exchange needs to know without waiting for the device."""
     distinct, slots = np.unique(np.concatenate([bigram_rows, trigram_rows]), return_inverse=True)
-    out[: len(distinct)] = distinct
-    bigram_rows[:], trigram_rows[:] = slots[: len(bigram_rows)], slots[len(bigram_rows):]
-    return len(distinct)
+    order = np.argsort(distinct % world_size, kind="stable")
+    place = np.empty_like(order)
+    place[order] = np.arange(len(order))
+    out[: len(distinct)] = distinct[order]
+    bigram_rows[:], trigram_rows[:] = place[slots[: len(bigram_rows)]], place[slots[len(bigram_rows):]]
+    return tuple(np.bincount(distinct % world_size, minlength=world_size).tolist())
 
 
 def choose_candidates(targets, vocab_size, start, out):
@@ -1465,7 +1469,8 @@ class TrainSource:
                     host.sampled.append(len(rows) > 0 and choose_candidates(per_token[1][t: t + shape.tokens],
                                                                             self.vocab_size, start, rows))
         n_tokens = shape.accum_steps * shape.tokens
-        host.ngram_count = gather_ngram_rows(per_token[2][:n_tokens], per_token[3][:n_tokens], ngram_rows)
+        host.ngram_owners = gather_ngram_rows(per_token[2][:n_tokens], per_token[3][:n_tokens], ngram_rows,
+                                              self.world_size)
         return host, cursor
 
 
@@ -1510,9 +1515,10 @@ class ValSource:
         lengths = np.diff(np.append(starts, self.chunk))
         num_seqs, max_len = _pack_documents(window, starts, lengths, self.chunk, self.ngram_rows, per_token,
                                             cu_seqlens)
-        count = gather_ngram_rows(per_token[2][: self.chunk], per_token[3][: self.chunk], ngram_rows)
+        owners = gather_ngram_rows(per_token[2][: self.chunk], per_token[3][: self.chunk], ngram_rows,
+                                   self.world_size)
         next_cursor = cursor + self.world_size
-        host = HostBatch(shape, cursor, buffers, [num_seqs], [max_len], [False], count)
+        host = HostBatch(shape, cursor, buffers, [num_seqs], [max_len], [False], owners)
         return host, next_cursor if next_cursor < self.num_chunks else next_cursor % self.world_size
 
 
@@ -1536,6 +1542,7 @@ class MicroBatch:
     candidates: Optional[torch.Tensor] = None  # int32 (rows,): the sampled softmax's rows; None: the whole vocabulary
     ngram_rows: Optional[torch.Tensor] = None  # int32: the step's distinct rows of the n-gram table, shared by its
     # micro-batches (gather_ngram_rows); None: already in the table's cache (a CUDA graph's replay)
+    ngram_owners: tuple = ()  # how many of ngram_rows each rank holds, in order (gather_ngram_rows)
 
 
 def _micro_batches(host, tensors):
@@ -1546,7 +1553,7 @@ def _micro_batches(host, tensors):
         t = slice(a * shape.tokens, (a + 1) * shape.tokens)
         seqs = SequenceBoundaries(cu_seqlens[c: c + n + 1], max_len)
         rows = candidates[a * shape.candidates: (a + 1) * shape.candidates] if sampled else None
-        batches.append(MicroBatch(*(field[t] for field in per_token), seqs, rows, ngram_rows))
+        batches.append(MicroBatch(*(field[t] for field in per_token), seqs, rows, ngram_rows, host.ngram_owners))
         c += n + 1
     return batches
 
@@ -1966,7 +1973,7 @@ class MicroStepGraphs:
         if n > tokens // GRAPH_TOKENS_PER_SEQ or (key not in self.graphs and key not in self.seen):
             self.seen.add(key)
             return forward_backward(self.model, micro, state)
-        self.model.ngram.fetch(micro.ngram_rows)  # outside the graph: the step's rows vary in number
+        self.model.ngram.fetch(micro.ngram_rows, micro.ngram_owners)  # outside the graph: the rows vary in number
         if key not in self.graphs:
             self.graphs[key] = self.capture(micro, state)
         graph, static, loss = self.graphs[key]

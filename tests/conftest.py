@@ -92,9 +92,9 @@ def micro_batch(inputs, targets, seqs):
     fields = [np.empty(len(inputs), np.int32) for _ in range(4)]
     tg.hash_ngrams(inputs.numpy(), tg.SMOKE_SETTINGS["ngram_rows"], *fields)
     rows = np.empty(2 * len(inputs), np.int32)
-    count = tg.gather_ngram_rows(fields[0], fields[1], rows)
+    (count,) = tg.gather_ngram_rows(fields[0], fields[1], rows)
     return tg.MicroBatch(inputs, targets, *(torch.from_numpy(f) for f in fields), seqs,
-                         ngram_rows=torch.from_numpy(rows[:count]))
+                         ngram_rows=torch.from_numpy(rows[:count]), ngram_owners=(count,))
 
 
 def read_log(path):

@@ -40,15 +40,24 @@ def test_the_step_lists_each_row_once_and_tokens_find_theirs():
     rng = np.random.default_rng(1)
     bigrams, trigrams = rng.integers(0, 50, 300).astype(np.int32), rng.integers(50, 100, 300).astype(np.int32)
     slots_b, slots_t, out = bigrams.copy(), trigrams.copy(), np.empty(600, np.int32)
-    count = tg.gather_ngram_rows(slots_b, slots_t, out)
+    (count,) = tg.gather_ngram_rows(slots_b, slots_t, out)
     distinct = np.unique(np.concatenate([bigrams, trigrams]))
     assert count == len(distinct) < 600 and np.array_equal(out[:count], distinct)
+    assert np.array_equal(out[slots_b], bigrams) and np.array_equal(out[slots_t], trigrams)
+    # for a table sharded over 3 ranks: grouped by the rank that holds them, ascending within each group
+    slots_b, slots_t = bigrams.copy(), trigrams.copy()
+    owners = tg.gather_ngram_rows(slots_b, slots_t, out, world_size=3)
+    assert len(owners) == 3 and sum(owners) == count and min(owners) > 0
+    groups = np.split(out[:count], np.cumsum(owners)[:-1])
+    assert all((group % 3 == r).all() and (np.diff(group) > 0).all() for r, group in enumerate(groups))
+    assert np.array_equal(np.sort(out[:count]), distinct)
     assert np.array_equal(out[slots_b], bigrams) and np.array_equal(out[slots_t], trigrams)
 
 
 def test_the_loader_hands_out_slots_of_the_steps_rows(make_shards):
     """Through TrainSource: every micro-batch of a step shares the step's rows, and a token's slots lead to its
-    hashed rows; the rows of the other rank's micro-batches are not in them."""
+    hashed rows; the rows of the other rank's micro-batches are not in them. The rows come grouped by the rank
+    that holds them in the sharded table, with each group's size."""
     rng = np.random.default_rng(2)
     tokens = np.concatenate([np.concatenate([[tg.BOS], rng.integers(0, 1000, 299)]) for _ in range(40)])
     pattern = make_shards("ngram", [tokens.astype(np.uint16)])
@@ -58,6 +67,9 @@ def test_the_loader_hands_out_slots_of_the_steps_rows(make_shards):
         (batch,) = list(tg.synchronous_batches(source, [shape]))
         rows = batch[0].ngram_rows
         assert all(m.ngram_rows is rows for m in batch) and len(set(rows.tolist())) == len(rows)
+        owners = batch[0].ngram_owners
+        assert all(m.ngram_owners == owners for m in batch) and sum(owners) == len(rows)
+        assert (rows[: owners[0]] % 2 == 0).all() and (rows[owners[0]:] % 2 == 1).all()
         used = set()
         for m in batch:
             bigrams, trigrams, _, _ = expected_ngrams(m.inputs.numpy(), 2000)
@@ -79,7 +91,7 @@ def test_ngram_embedding_is_each_rows_signed_sum_and_its_gradient_lands_on_the_r
     fields = [np.empty(tokens, np.int32) for _ in range(4)]
     tg.hash_ngrams(inputs.numpy(), table_rows, *fields)
     rows, slots = np.empty(2 * tokens, np.int32), [f.copy() for f in fields[:2]]
-    rows = rows[: tg.gather_ngram_rows(*slots, rows)]
+    rows = rows[: sum(tg.gather_ngram_rows(*slots, rows))]
     batch = tg.MicroBatch(inputs, inputs, *(torch.from_numpy(s) for s in slots + fields[2:]),
                           seqs=None, ngram_rows=torch.from_numpy(rows))
     out_grad = torch.randn(tokens, dim)
