@@ -1365,12 +1365,13 @@ def gather_ngram_rows(bigram_rows, trigram_rows, out, world_size=1):
     token's rows become their places there (its slots), in place. Returns the groups' sizes: on the host
     before the step, they are what the table's exchange needs to know without waiting for the device."""
     distinct, slots = np.unique(np.concatenate([bigram_rows, trigram_rows]), return_inverse=True)
-    order = np.argsort(distinct % world_size, kind="stable")
+    owner = distinct % world_size
+    order = np.argsort(owner, kind="stable")
     place = np.empty_like(order)
     place[order] = np.arange(len(order))
     out[: len(distinct)] = distinct[order]
     bigram_rows[:], trigram_rows[:] = place[slots[: len(bigram_rows)]], place[slots[len(bigram_rows):]]
-    return tuple(np.bincount(distinct % world_size, minlength=world_size).tolist())
+    return tuple(np.bincount(owner, minlength=world_size).tolist())
 
 
 def choose_candidates(targets, vocab_size, start, out):
@@ -1666,6 +1667,14 @@ def edge_classes(text):
     return (character_class(first[0]) if first else "?"), (character_class(last[-1]) if last else "?")
 
 
+def token_texts(merges):
+    """Each token's bytes, from GPT-2's merge table (data/gpt2_merges.npy); <|endoftext|>'s are empty."""
+    texts = []
+    for left, right in merges.tolist():
+        texts.append(b"" if left < 0 else bytes([left]) if right < 0 else texts[left] + texts[right])
+    return texts
+
+
 def impossible_pairs(merges, vocab_size):
     """Record #91's validation mask: the (previous, next) token pairs that GPT-2's tokenizer never emits, as
     rows of bits, bit x of row p (little-endian within each byte) set when token x never follows token p:
@@ -1685,9 +1694,7 @@ def impossible_pairs(merges, vocab_size):
     mask is conservative: a pair it leaves unmasked may still be impossible."""
     assert vocab_size % 8 == 0 and len(merges) <= vocab_size
     n, left, right = len(merges), merges[:, 0], merges[:, 1]
-    texts = []
-    for t in range(n):
-        texts.append(b"" if left[t] < 0 else bytes([left[t]]) if right[t] < 0 else texts[left[t]] + texts[right[t]])
+    texts = token_texts(merges)
     classes = "SLNO?"
     edges = [edge_classes(text) if text else "??" for text in texts]
     start, end = (np.array([classes.index(edge[i]) for edge in edges]) for i in (0, 1))

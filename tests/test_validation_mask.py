@@ -18,18 +18,11 @@ DATA = Path(tg.__file__).parent / "data"
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 
-def token_texts(merges):
-    texts = []
-    for left, right in merges:
-        texts.append(b"" if left < 0 else bytes([left]) if right < 0 else texts[left] + texts[right])
-    return texts
-
-
 @pytest.fixture(scope="module")
 def gpt2():
     """(the merge table, each token's bytes, tiktoken's GPT-2 tokenizer made from them, the mask and its count)."""
     merges = tg.load_merge_table(DATA / "gpt2_merges.npy", 50304)
-    texts = token_texts(merges)
+    texts = tg.token_texts(merges)
     tokenizer = tiktoken.Encoding("gpt2_from_merges", pat_str=GPT2_PATTERN,
                                   mergeable_ranks={text: t for t, text in enumerate(texts[:50256])},
                                   special_tokens={"<|endoftext|>": 50256})
