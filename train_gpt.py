@@ -1864,22 +1864,24 @@ def write_log_header(log, run_id, args, world_size, device):
 # Training
 
 
-def load_compile_cache(directory, log):
+def load_compile_cache(directory, gpu, log):
     """Point Inductor's and Triton's on-disk caches into `directory` and load PyTorch's portable cache
-    artifacts from it, so that a later run, here or on a fresh machine given the same directory, skips most
-    of the compilation. The caches are keyed by content hashes: a stale entry is not used. Artifacts that
-    Inductor's cache already holds (it records their hash) are not loaded again: that took about 5 s of every
-    warm start, and cache hits are recorded for the next save as misses are. Returns whether the directory
-    held artifacts: False is a cold start."""
+    artifacts of GPU `gpu` (its index on this node) from it, so that a later run, here or on a fresh machine
+    given the same directory, skips most of the compilation. The caches are keyed by content hashes: a stale
+    entry is not used. The compiled graphs name their GPU, so each GPU has its artifacts: rank 1 found none
+    for cuda:1 among rank 0's and compiled everything (an 87 s start on 2 GPUs). Artifacts that Inductor's
+    cache already holds (it records their hash) are not loaded again: that took about 5 s of every warm start,
+    and cache hits are recorded for the next save as misses are. Returns whether the directory held this GPU's
+    artifacts: False is a cold start."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(path.resolve() / "inductor"))
     os.environ.setdefault("TRITON_CACHE_DIR", str(path.resolve() / "triton"))
-    artifacts = path / "artifacts.bin"
+    artifacts = path / f"artifacts.gpu{gpu}.bin"
     if not artifacts.exists():
         return False
     content = artifacts.read_bytes()
-    digest, record = hashlib.sha256(content).hexdigest(), artifacts_in_cache()
+    digest, record = hashlib.sha256(content).hexdigest(), artifacts_in_cache(gpu)
     if record.exists() and record.read_text() == digest:
         return True
     try:  # a corrupt file makes PyTorch log a warning of its own and return None; or it raises
@@ -1893,21 +1895,22 @@ def load_compile_cache(directory, log):
     return True
 
 
-def save_compile_cache(directory):
+def save_compile_cache(directory, gpu):
     saved = torch.compiler.save_cache_artifacts()
     if saved is not None:
-        partial = Path(directory) / f"artifacts.bin.{os.getpid()}"
+        name = f"artifacts.gpu{gpu}.bin"
+        partial = Path(directory) / f"{name}.{os.getpid()}"
         partial.write_bytes(saved[0])
-        partial.replace(Path(directory) / "artifacts.bin")
-        artifacts_in_cache().write_text(hashlib.sha256(saved[0]).hexdigest())  # they came from these caches
+        partial.replace(Path(directory) / name)
+        artifacts_in_cache(gpu).write_text(hashlib.sha256(saved[0]).hexdigest())  # they came from these caches
 
 
-def artifacts_in_cache():
-    """The file that holds the hash of the artifacts that Inductor's cache holds. It is kept inside that
-    cache, so that a cache wiped forgets it."""
+def artifacts_in_cache(gpu):
+    """The file that holds the hash of GPU `gpu`'s artifacts that Inductor's cache holds. It is kept inside
+    that cache, so that a cache wiped forgets it."""
     cache = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
     cache.mkdir(parents=True, exist_ok=True)
-    return cache / "train_gpt_artifacts.sha256"
+    return cache / f"train_gpt_artifacts.gpu{gpu}.sha256"
 
 
 def compile_regions(model):
@@ -2131,12 +2134,12 @@ def precompile_helper(*args):
 class Precompiler:
     """A cold start compiles every region at four batch shapes (three stages and validation) one after another,
     and each takes 40 s on an H100, almost all of it compilation in this one process. Dynamo cannot compile in
-    several threads, so on a cold start (no compile cache artifacts yet) helper processes on this node's first
-    GPU compile the later stages' shapes, the validation shape with the last, into the on-disk compile cache,
-    while this process warms up the first stage. The warm-up of a later stage first waits for its helper (every
-    rank, at a barrier), then loads what it compiled. A helper that fails costs nothing but its time: the
-    warm-up compiles here, as without helpers. Memory: a helper holds a model and one micro-batch's
-    activations, no optimizer."""
+    several threads, so on a cold start (no compile cache artifacts for this GPU yet) helper processes on this
+    process's GPU compile the later stages' shapes, the validation shape with the last, into the on-disk compile
+    cache, while this process warms up the first stage. Every rank has its own helpers: the compiled graphs name
+    their GPU, and rank 1 missed rank 0's helpers' graphs. The warm-up of a later stage first waits for its
+    helper, then loads what it compiled. A helper that fails costs nothing but its time: the warm-up compiles
+    here, as without helpers. Memory: a helper holds a model and one micro-batch's activations, no optimizer."""
 
     def __init__(self, args, device, shapes, val_shape, log):
         self.helpers, self.log = {}, log
@@ -2148,37 +2151,30 @@ class Precompiler:
                 jobs.append([stage])
         if jobs:
             jobs[-1].append(None)
-        spawns = int(os.environ.get("LOCAL_RANK", 0)) == 0
         context = multiprocessing.get_context("spawn")  # a fork would copy this process's CUDA state
         for job in jobs:
             name = "precompile " + " and ".join("validation" if s is None else f"stage {s}" for s in job)
             helper = context.Process(target=precompile_helper, args=(args, device, shapes, val_shape, job),
-                                     name=name) if spawns else None
-            if helper is not None:
-                helper.start()
-                log(f"{name}: a helper process started (cold compile cache)")
+                                     name=name)
+            helper.start()
+            log(f"{name}: a helper process started (cold compile cache)")
             self.helpers.update({stage: helper for stage in job})
         atexit.register(self.stop)  # before multiprocessing's own exit handler, which would wait for them
 
     def stop(self):
         """End the helpers still running: a run that stops early (an error, an interrupt) has no use for them."""
-        for helper in set(self.helpers.values()) - {None}:
+        for helper in set(self.helpers.values()):
             helper.terminate()
             helper.join()
         self.helpers.clear()
 
-    def wait(self, stage, world_size):
-        """Before the warm-up of `stage` (None: validation): wait until its helper has finished. Every rank
-        calls it for the same stages: the ranks without helpers meet the others at the barrier."""
-        if stage not in self.helpers:
-            return
-        helper = self.helpers.pop(stage)
+    def wait(self, stage):
+        """Before the warm-up of `stage` (None: validation): wait until its helper has finished."""
+        helper = self.helpers.pop(stage, None)
         if helper is not None and helper.exitcode is None:
             helper.join()
             if helper.exitcode:
                 self.log(f"warning: {helper.name} failed (exit code {helper.exitcode}); its shapes compile here")
-        if world_size > 1:
-            dist.barrier()
 
 
 @dataclass
@@ -2246,7 +2242,7 @@ def set_up(args, rank, world_size, device, log, startup):
     clock = time.perf_counter()
     precompiler = None
     if cuda and args.compile_cache:
-        cold = not load_compile_cache(args.compile_cache, log)
+        cold = not load_compile_cache(args.compile_cache, device.index, log)
         if cold and args.warmup_steps:
             precompiler = Precompiler(args, device, shapes, val_shape, log)
         startup["compile cache"] = time.perf_counter() - clock
@@ -2268,7 +2264,7 @@ def warm_up(run, precompiler, startup):
     for i, steps in warm_up_steps(args, run.shapes).items():
         clock = time.perf_counter()
         if precompiler is not None:
-            precompiler.wait(i, run.world_size)
+            precompiler.wait(i)
         for step in steps:
             run.train_step(step).item()
         startup[f"warm-up stage {i}"] = time.perf_counter() - clock
@@ -2276,11 +2272,11 @@ def warm_up(run, precompiler, startup):
         return
     clock = time.perf_counter()
     if precompiler is not None:
-        precompiler.wait(None, run.world_size)
+        precompiler.wait(None)
     run.evaluate(0, num_batches=min(1, run.val_source.batches_for_rank(0)))  # compiles the validation shape
     startup["validation warm-up"] = time.perf_counter() - clock
-    if run.cuda and args.compile_cache and run.rank == 0:
-        save_compile_cache(args.compile_cache)
+    if run.cuda and args.compile_cache:
+        save_compile_cache(args.compile_cache, run.device.index)
     model.load_state_dict(initial_state)
     model.zero_grad(set_to_none=False)  # Adam keeps its gradients over even steps: the warm-up may end on one
     model.ngram.table.zero_()  # no state_dict's: see NgramTable

@@ -6,7 +6,7 @@ Runs train_gpt.py three times, each in a new process, all on the same data:
   cold     an empty compile cache directory: everything compiles
   warm     the directory the cold run filled (Inductor's and Triton's caches and PyTorch's portable
            cache artifacts): what a run on a fresh machine sees when the directory is carried there
-  corrupt  a copy of that directory whose artifacts.bin is overwritten with garbage: must warn and train
+  corrupt  a copy of that directory whose artifacts are overwritten with garbage: must warn and train
 The compile caches that PyTorch would otherwise keep in /tmp and ~/.triton are redirected into the
 directory (train_gpt does this unless TORCHINDUCTOR_CACHE_DIR or TRITON_CACHE_DIR are set, so they are
 unset here): nothing compiled by an earlier run leaks into the cold one. The directory is a temporary
@@ -76,7 +76,8 @@ def main():
         rows = [("cold", *train(cache, args.steps, flags))]
         rows.append(("warm", *train(cache, args.steps, flags)))
         shutil.copytree(cache, corrupt)
-        (corrupt / "artifacts.bin").write_bytes(os.urandom(4096))
+        for artifacts in corrupt.glob("artifacts.gpu*.bin"):
+            artifacts.write_bytes(os.urandom(4096))
         rows.append(("corrupt", *train(corrupt, args.steps, flags)))
 
     phases = list(rows[0][2])

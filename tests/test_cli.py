@@ -354,9 +354,11 @@ def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(warm_up_run
     assert set(calls) == set(warm_up)
 
 
-def test_precompiler_stop_ends_the_helpers_still_running(workdir):
+def test_precompiler_stop_ends_the_helpers_still_running(workdir, monkeypatch):
     """A run that stops early (an error, an interrupt) ends its helper processes at exit instead of waiting for
-    their compilation. Here on the CPU: the helpers are stopped while they still import torch."""
+    their compilation. Here on the CPU: the helpers are stopped while they still import torch. Every rank has
+    helpers, for its own GPU (the compiled graphs name it): here the second of a node's ranks."""
+    monkeypatch.setenv("LOCAL_RANK", "1")
     args = tg.parse_args(QUICK + ["--warmup_steps", "2"])
     shapes = [tg.train_shape(args, 1, stage) for stage in tg.TRAINING_STAGES]
     val_shape = tg.BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)

@@ -1363,12 +1363,12 @@ def private_caches(monkeypatch):
 
 @pytest.mark.parametrize("content", [None, b"not a cache", bytes(range(256)) * 16], ids=["none", "text", "binary"])
 def test_compile_cache_that_cannot_be_loaded_warns_and_goes_on(content, tmp_path, private_caches):
-    """A missing artifacts.bin is a first run (no warning, reported as cold); a corrupt one must warn, not crash
+    """Missing artifacts are a first run (no warning, reported as cold); a corrupt one must warn, not crash
     and not pass silently (PyTorch returns None for it rather than raising)."""
     if content is not None:
-        (tmp_path / "artifacts.bin").write_bytes(content)
+        (tmp_path / "artifacts.gpu0.bin").write_bytes(content)
     messages = []
-    assert tg.load_compile_cache(tmp_path, messages.append) == (content is not None)
+    assert tg.load_compile_cache(tmp_path, 0, messages.append) == (content is not None)
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path.resolve() / "inductor")
     if content is None:
         assert messages == []
@@ -1378,22 +1378,25 @@ def test_compile_cache_that_cannot_be_loaded_warns_and_goes_on(content, tmp_path
 
 def test_compile_cache_loads_artifacts_once_into_the_caches_that_hold_them(tmp_path, monkeypatch, private_caches):
     """Artifacts already loaded into (or saved from) Inductor's cache are not loaded again; new ones are, and
-    so are the same ones into a cache that was wiped."""
+    so are the same ones into a cache that was wiped. Each GPU has its own: GPU 1 does not load GPU 0's."""
     loads = []
     monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda content: loads.append(content) or "info")
     monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"saved", "info"))
-    (tmp_path / "artifacts.bin").write_bytes(b"first")
+    (tmp_path / "artifacts.gpu0.bin").write_bytes(b"first")
     for _ in range(2):
-        tg.load_compile_cache(tmp_path, print)
+        assert tg.load_compile_cache(tmp_path, 0, print)
     assert loads == [b"first"]
-    (tmp_path / "artifacts.bin").write_bytes(b"second")
-    tg.load_compile_cache(tmp_path, print)
+    assert not tg.load_compile_cache(tmp_path, 1, print) and loads == [b"first"]  # cold: nothing for GPU 1
+    (tmp_path / "artifacts.gpu0.bin").write_bytes(b"second")
+    tg.load_compile_cache(tmp_path, 0, print)
     assert loads == [b"first", b"second"]
-    tg.save_compile_cache(tmp_path)
-    tg.load_compile_cache(tmp_path, print)
-    assert (tmp_path / "artifacts.bin").read_bytes() == b"saved" and len(loads) == 2
+    tg.save_compile_cache(tmp_path, 1)
+    assert (tmp_path / "artifacts.gpu0.bin").read_bytes() == b"second"  # GPU 1's save leaves GPU 0's alone
+    tg.load_compile_cache(tmp_path, 1, print)
+    tg.load_compile_cache(tmp_path, 0, print)
+    assert (tmp_path / "artifacts.gpu1.bin").read_bytes() == b"saved" and len(loads) == 2
     shutil.rmtree(tmp_path / "inductor")
-    tg.load_compile_cache(tmp_path, print)
+    tg.load_compile_cache(tmp_path, 1, print)
     assert loads[-1] == b"saved" and len(loads) == 3
 
 
