@@ -3,11 +3,15 @@
     torchrun --standalone --nproc_per_node=8 benchmarks/step_profile.py [--steps 3] [any train_gpt flag]
 
 Builds the model, optimizers and loader as train_gpt.py does, then, for each stage of TRAINING_STAGES (its
-batch shape and windows), warms up and profiles real training steps on every rank: `--steps` of each of the
-stage's first two steps, since Adam steps on odd steps only. Rank 0 prints one table row per stage: the step
-time (the mean of the two steps' medians), the GPU kernel time by kind (matmuls, attention, NCCL, the rest)
-and the exposed communication: the time during which an NCCL kernel ran and no other kernel did, the part
-of communication that the step waits for. NCCL kernels also count the time they spend waiting for the
+batch shape and windows), warms up and profiles real training steps on every rank: the stage's first two
+steps (Adam steps on odd steps only) in turn, `--steps` times each. The steps are queued as the training loop
+queues them: a step's loss is read once the next step is queued, so the GPU waits for the host between steps
+only where the host is slower (the warm-up repeats capture the CUDA graphs, and are not measured). Rank 0
+prints one table row per stage: the step time (wall time per step, unprofiled), the host's time to queue a
+step (its median, unprofiled), the GPU's busy share (the union of its kernels over the span from the first
+kernel to the last, profiled: the rest is the GPU waiting), the GPU kernel time by kind (matmuls, attention,
+NCCL, the rest) and the exposed communication: the time during which an NCCL kernel ran and no other kernel
+did, the part of communication that the step waits for. NCCL kernels also count the time they spend waiting for the
 slowest rank, so their own total overstates the transfers; the exposed time is the figure to report, as a
 share of the step (rank 0's, min and max over ranks). Then the `--top` kernels of the last stage outside
 matmuls, attention and NCCL, by their time per step, as a list of what "other" holds. Rank 0's trace of the
@@ -65,30 +69,37 @@ def exposed_time(communication, compute):
 
 
 def run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, repeats):
-    """The steps step_numbers in turn, `repeats` times each; returns each one's times (ms) and the host's
-    time to queue it (ms, until train_step returns, before the loss is read)."""
-    times, queued = {step: [] for step in step_numbers}, {step: [] for step in step_numbers}
+    """The steps step_numbers in turn, `repeats` times, each step's loss read once the next is queued (as the
+    training loop reads it: tg.DeferredLoss). Returns the wall time per step (ms, until the last loss is read)
+    and the host's time to queue each step (ms, until train_step returns)."""
+    queued, pending = [], None
+    start = time.perf_counter()
     for _ in range(repeats):
         for step in step_numbers:
             clock = time.perf_counter()
-            loss = tg.train_step(model, loader.send(shape), optimizers, step, args, world_size)
-            queued[step].append(1000 * (time.perf_counter() - clock))
-            loss.item()
-            times[step].append(1000 * (time.perf_counter() - clock))
-    return times, queued
+            loss = tg.DeferredLoss(tg.train_step(model, loader.send(shape), optimizers, step, args, world_size))
+            queued.append(1000 * (time.perf_counter() - clock))
+            if pending is not None:
+                pending.read()
+            pending = loss
+    pending.read()
+    return 1000 * (time.perf_counter() - start) / len(queued), queued
 
 
-def mean_of_medians(times):
-    return statistics.mean(statistics.median(t) for t in times.values())
+def busy_share(intervals):
+    """The share of the span from the first interval's start to the last one's end that some interval covers."""
+    if not intervals:
+        return 0.0
+    merged = merge(intervals)
+    return sum(end - start for start, end in merged) / (merged[-1][1] - merged[0][0])
 
 
 def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_size, steps, device):
-    """Step time (ms: the mean of each step's median), kernel time by kind (ms per step), exposed
-    communication (ms per step), the GPU's busy time (ms per step) and the "other" kernels' time by name
-    (ms per step, and launches per step)."""
+    """Kernel time by kind (ms per step), exposed communication (ms per step), the GPU's busy share and the
+    "other" kernels' time by name (ms per step, and launches per step), profiled."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
-        times, _ = run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, steps)
+        run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, steps)
     # the optimizers' record_function ranges come back as GPU events too ("Optimizer.step#Adam.step"): they
     # span kernels counted on their own, so they are left out
     events = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not e.is_user_annotation]
@@ -103,9 +114,9 @@ def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_si
             other_launches[e.name] += 1 / profiled
     exposed = exposed_time([(s, e) for k, s, e in kernels if k == "nccl"],
                            [(s, e) for k, s, e in kernels if k != "nccl"]) / 1000 / profiled
-    busy = sum(end - start for start, end in merge([(s, e) for _, s, e in kernels])) / 1000 / profiled
+    busy = busy_share([(s, e) for _, s, e in kernels])
     others = [(name, ms, other_launches[name]) for name, ms in other_time.most_common()]
-    return mean_of_medians(times), by_kind, exposed, busy, others, prof
+    return by_kind, exposed, busy, others, prof
 
 
 def main():
@@ -124,30 +135,31 @@ def main():
     rows = []
     for i, step_numbers in stage_steps(tg, args):
         shape = tg.train_shape(args, world_size, tg.TRAINING_STAGES[i])
-        _, queued = run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.warmup)
-        median, by_kind, exposed, busy, others, prof = profile_steps(model, loader, shape, optimizers,
-                                                                     step_numbers, args, world_size, own.steps,
-                                                                     device)
-        shares = [exposed / median]
+        run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.warmup)
+        step_ms, queued = run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.steps)
+        by_kind, exposed, busy, others, prof = profile_steps(model, loader, shape, optimizers, step_numbers, args,
+                                                             world_size, own.steps, device)
+        shares = [exposed / step_ms]
         if world_size > 1:
             shares = [None] * world_size
-            dist.all_gather_object(shares, exposed / median)
-        rows.append((i, tg.attention_windows(step_numbers[0], args), median, mean_of_medians(queued), busy,
+            dist.all_gather_object(shares, exposed / step_ms)
+        rows.append((i, tg.attention_windows(step_numbers[0], args), step_ms, statistics.median(queued), busy,
                      by_kind, exposed, shares))
     if rank == 0:
         Path(ROOT, "traces").mkdir(exist_ok=True)
         prof.export_chrome_trace(str(ROOT / "traces" / "step_profile.json"))
         print(f"{world_size} × {torch.cuda.get_device_name(device) if cuda else 'CPU'}, per stage its first two "
-              f"steps, each profiled {own.steps} times after {own.warmup}; step: the mean of their medians; "
-              f"kernel times in ms per step (rank 0)")
-        print("host: time to queue the step, unprofiled (a host-bound step queues in about its whole time); GPU "
-              "busy: the union of its kernels, profiled")
+              f"steps in turn, {own.steps} times each after {own.warmup}, each loss read once the next step is "
+              f"queued; kernel times in ms per step (rank 0)")
+        print("step: wall time per step, unprofiled; host: the median time to queue a step, unprofiled (a "
+              "host-bound step queues in about its whole time); GPU busy: the union of its kernels over their "
+              "span, profiled")
         print("| stage | windows | step | host | GPU busy | matmul | attention | NCCL | other | exposed "
               "communication | share of step: rank 0, min–max over ranks |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for i, windows, median, host, busy, by_kind, exposed, shares in rows:
+        for i, windows, step_ms, host, busy, by_kind, exposed, shares in rows:
             kinds = " | ".join(f"{by_kind[k]:.1f}" for k in ("matmul", "attention", "nccl", "other"))
-            print(f"| {i} | {windows} | {median:.1f} ms | {host:.1f} ms | {busy:.1f} ms | {kinds} | {exposed:.1f} "
+            print(f"| {i} | {windows} | {step_ms:.1f} ms | {host:.1f} ms | {busy:.1%} | {kinds} | {exposed:.1f} "
                   f"ms | {shares[0]:.1%}, {min(shares):.1%}–{max(shares):.1%} |")
         print(f"\nstage {rows[-1][0]}: the {own.top} largest of {len(others)} other kernels, "
               f"{sum(ms for _, ms, _ in others):.1f} ms per step in all")

@@ -20,6 +20,17 @@ def test_exposed_time(communication, compute, exposed):
     assert step_profile.exposed_time(communication, compute) == pytest.approx(exposed)
 
 
+@pytest.mark.parametrize("kernels, share", [
+    ([(0, 10)], 1.0),
+    ([(0, 4), (6, 10)], 0.8),                    # the GPU waits from 4 to 6
+    ([(0, 6), (2, 8), (9, 10)], 0.9),            # overlapping kernels (two streams) count once
+    ([(5, 6), (0, 1)], 1 / 3),                   # in any order: the span runs from the first start
+    ([], 0.0),
+])
+def test_busy_share_is_the_union_of_kernels_over_their_span(kernels, share):
+    assert step_profile.busy_share(kernels) == pytest.approx(share)
+
+
 def test_kernel_kinds_by_name():
     kinds = [step_profile.kernel_kind(name) for name in (
         "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "void flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel",
