@@ -3,19 +3,19 @@
     torchrun --standalone --nproc_per_node=8 benchmarks/step_profile.py [--steps 3] [any train_gpt flag]
 
 Builds the model, optimizers and loader as train_gpt.py does, then, for each stage of TRAINING_STAGES (its
-batch shape and windows), warms up and profiles real training steps on every rank: the stage's first two
-steps (Adam steps on odd steps only) in turn, `--steps` times each. The steps are queued as the training loop
-queues them: a step's loss is read once the next step is queued, so the GPU waits for the host between steps
-only where the host is slower (the warm-up repeats capture the CUDA graphs, and are not measured). Rank 0
-prints one table row per stage: the step time (wall time per step, unprofiled), the host's time to queue a
-step (its median, unprofiled), the GPU's busy share (the union of its kernels over the span from the first
-kernel to the last, profiled: the rest is the GPU waiting), the GPU kernel time by kind (matmuls, attention,
-NCCL, the rest) and the exposed communication: the time during which an NCCL kernel ran and no other kernel
-did, the part of communication that the step waits for. NCCL kernels also count the time they spend waiting for the
-slowest rank, so their own total overstates the transfers; the exposed time is the figure to report, as a
-share of the step (rank 0's, min and max over ranks). Then the `--top` kernels of the last stage outside
-matmuls, attention and NCCL, by their time per step, as a list of what "other" holds. Rank 0's trace of the
-last stage goes to traces/step_profile.json (open it in Perfetto).
+batch shape and windows), warms up and profiles real training steps on every rank: the stage's first two steps
+(Adam steps on odd steps only) in turn, `--steps` times each. The steps are queued as the training loop queues
+them: a step's loss is read once the next step is queued, so the GPU waits for the host between steps only
+where the host is slower (the warm-up repeats capture the CUDA graphs, and are not measured). Rank 0 prints one
+table row per stage: the step time (wall time per step from the first loss read to the last, unprofiled), the
+host's time to queue a step (its median, unprofiled), the GPU's busy share (the union of its kernels over the
+span from the first kernel to the last, profiled: the rest is the GPU waiting), the GPU kernel time by kind
+(matmuls, attention, NCCL, the rest) and the exposed communication: the time during which an NCCL kernel ran
+and no other kernel did, the part of communication that the step waits for. NCCL kernels also count the time
+they spend waiting for the slowest rank, so their own total overstates the transfers; the exposed time is the
+figure to report, as a share of the step (rank 0's, min and max over ranks). Then the `--top` kernels of the
+last stage outside matmuls, attention and NCCL, by their time per step, as a list of what "other" holds. Rank
+0's trace of the last stage goes to traces/step_profile.json (open it in Perfetto).
 """
 import argparse
 import statistics
@@ -70,10 +70,11 @@ def exposed_time(communication, compute):
 
 def run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, repeats):
     """The steps step_numbers in turn, `repeats` times, each step's loss read once the next is queued (as the
-    training loop reads it: tg.DeferredLoss). Returns the wall time per step (ms, until the last loss is read)
-    and the host's time to queue each step (ms, until train_step returns)."""
-    queued, pending = [], None
-    start = time.perf_counter()
+    training loop reads it: tg.DeferredLoss). Returns the wall time per step (ms, from the first loss read to
+    the last: the GPU's start, idle until the host queues its first kernels, is left out; on the CPU, which
+    runs each step as it is queued, the mean time to queue one) and the host's time to queue each step (ms,
+    until train_step returns)."""
+    queued, reads, pending = [], [], None
     for _ in range(repeats):
         for step in step_numbers:
             clock = time.perf_counter()
@@ -81,9 +82,13 @@ def run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, 
             queued.append(1000 * (time.perf_counter() - clock))
             if pending is not None:
                 pending.read()
+                reads.append(time.perf_counter())
             pending = loss
     pending.read()
-    return 1000 * (time.perf_counter() - start) / len(queued), queued
+    reads.append(time.perf_counter())
+    if not next(model.parameters()).is_cuda:
+        return statistics.mean(queued), queued
+    return 1000 * (reads[-1] - reads[0]) / (len(reads) - 1), queued
 
 
 def busy_share(intervals):
@@ -125,6 +130,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=3, help="repetitions of each measured step before profiling")
     parser.add_argument("--top", type=int, default=20, help="the last stage's largest other kernels to list")
     own, flags = parser.parse_known_args()
+    if own.steps < 2:
+        parser.error("--steps must be at least 2: the step time runs from the first loss read to the last")
     args = tg.parse_args(flags)
     rank, world_size, device = tg.init_process()
     cuda = device.type == "cuda"
