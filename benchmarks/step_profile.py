@@ -14,8 +14,9 @@ span from the first kernel to the last, profiled: the rest is the GPU waiting), 
 and no other kernel did, the part of communication that the step waits for. NCCL kernels also count the time
 they spend waiting for the slowest rank, so their own total overstates the transfers; the exposed time is the
 figure to report, as a share of the step (rank 0's, min and max over ranks). Then the `--top` kernels of the
-last stage outside matmuls, attention and NCCL, by their time per step, as a list of what "other" holds. Rank
-0's trace of the last stage goes to traces/step_profile.json (open it in Perfetto).
+last stage outside matmuls, attention and NCCL, by their time per step, as a list of what "other" holds. Each
+rank's trace of the last stage (or of --trace_stage) goes to traces/step_profile_rank<r>.json: open them in
+Perfetto side by side to see where one rank waits for another.
 """
 import argparse
 import statistics
@@ -129,32 +130,39 @@ def main():
     parser.add_argument("--steps", type=int, default=3, help="profiled repetitions of each measured step")
     parser.add_argument("--warmup", type=int, default=3, help="repetitions of each measured step before profiling")
     parser.add_argument("--top", type=int, default=20, help="the last stage's largest other kernels to list")
+    parser.add_argument("--trace_stage", type=int, help="the stage whose traces are written (default: the last)")
     own, flags = parser.parse_known_args()
     if own.steps < 2:
         parser.error("--steps must be at least 2: the step time runs from the first loss read to the last")
     args = tg.parse_args(flags)
+    stages = [i for i, _ in stage_steps(tg, args)]
+    if own.trace_stage not in (None, *stages):
+        parser.error(f"--trace_stage {own.trace_stage}: the stages with training steps are {stages}")
     rank, world_size, device = tg.init_process()
     cuda = device.type == "cuda"
     model = tg.build_model(args, device, world_size)
     loader = tg.PrefetchLoader(tg.train_source(args, rank, world_size, pin_memory=cuda), device)
     optimizers = tg.make_optimizers(model, args, world_size)
 
-    rows = []
+    rows, traced = [], None
     for i, step_numbers in stage_steps(tg, args):
         shape = tg.train_shape(args, world_size, tg.TRAINING_STAGES[i])
         run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.warmup)
         step_ms, queued = run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.steps)
         by_kind, exposed, busy, others, prof = profile_steps(model, loader, shape, optimizers, step_numbers, args,
                                                              world_size, own.steps, device)
+        if own.trace_stage in (None, i):
+            traced = prof
         shares = [exposed / step_ms]
         if world_size > 1:
             shares = [None] * world_size
             dist.all_gather_object(shares, exposed / step_ms)
         rows.append((i, tg.attention_windows(step_numbers[0], args), step_ms, statistics.median(queued), busy,
                      by_kind, exposed, shares))
-    if rank == 0:
+    if traced is not None:
         Path(ROOT, "traces").mkdir(exist_ok=True)
-        prof.export_chrome_trace(str(ROOT / "traces" / "step_profile.json"))
+        traced.export_chrome_trace(str(ROOT / "traces" / f"step_profile_rank{rank}.json"))
+    if rank == 0:
         print(f"{world_size} × {torch.cuda.get_device_name(device) if cuda else 'CPU'}, per stage its first two "
               f"steps in turn, {own.steps} times each after {own.warmup}, each loss read once the next step is "
               f"queued; kernel times in ms per step (rank 0)")
