@@ -65,20 +65,23 @@ def stage_steps(args, stage):
     return list(range(starts[stage], min(starts[stage] + 2, end)))
 
 
-def run_steps(model, loader, shape, step_numbers, args, count, optimizers):
+def run_steps(model, loader, shape, step_numbers, args, count, optimizers, world_size=1):
     """Queue `count` training steps, the step numbers in turn, each step's loss read once the next one is
-    queued; the times (perf_counter) at which each loss had been read."""
-    reads, in_flight = [], None
+    queued (as the training loop reads it); the times (perf_counter) at which each loss had been read, and
+    the host's time to queue each step (ms, until train_step returns). step_profile.py runs its steps so too."""
+    reads, queued, in_flight = [], [], None
     for k in range(count):
+        clock = time.perf_counter()
         loss = tg.DeferredLoss(tg.train_step(model, loader.send(shape), optimizers,
-                                          step_numbers[k % len(step_numbers)], args, 1))
+                                          step_numbers[k % len(step_numbers)], args, world_size))
+        queued.append(1000 * (time.perf_counter() - clock))
         if in_flight is not None:
             in_flight.read()
             reads.append(time.perf_counter())
         in_flight = loss
     in_flight.read()
     reads.append(time.perf_counter())
-    return reads
+    return reads, queued
 
 
 def pair_step_time(reads, warmup):
@@ -91,8 +94,8 @@ def pair_step_time(reads, warmup):
 def time_steps(model, loader, shape, step_numbers, args, steps, warmup=3):
     """The step time (s): `warmup` untimed steps, then `steps` timed ones (even: as many Adam steps as not)."""
     optimizers = tg.make_optimizers(model, args, 1)
-    return pair_step_time(run_steps(model, loader, shape, step_numbers, args, warmup + steps + 1, optimizers),
-                          warmup)
+    reads, _ = run_steps(model, loader, shape, step_numbers, args, warmup + steps + 1, optimizers)
+    return pair_step_time(reads, warmup)
 
 
 def copies_overlapping_kernels(trace_path):

@@ -21,7 +21,6 @@ Perfetto side by side to see where one rank waits for another.
 import argparse
 import statistics
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from torch.profiler import ProfilerActivity, profile
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import train_gpt as tg  # noqa: E402
+from benchmarks import loader_overlap  # noqa: E402
 from benchmarks.step_ab import stage_steps  # noqa: E402
 
 
@@ -70,23 +70,12 @@ def exposed_time(communication, compute):
 
 
 def run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, repeats):
-    """The steps step_numbers in turn, `repeats` times, each step's loss read once the next is queued (as the
-    training loop reads it: tg.DeferredLoss). Returns the wall time per step (ms, from the first loss read to
-    the last: the GPU's start, idle until the host queues its first kernels, is left out; on the CPU, which
-    runs each step as it is queued, the mean time to queue one) and the host's time to queue each step (ms,
-    until train_step returns)."""
-    queued, reads, pending = [], [], None
-    for _ in range(repeats):
-        for step in step_numbers:
-            clock = time.perf_counter()
-            loss = tg.DeferredLoss(tg.train_step(model, loader.send(shape), optimizers, step, args, world_size))
-            queued.append(1000 * (time.perf_counter() - clock))
-            if pending is not None:
-                pending.read()
-                reads.append(time.perf_counter())
-            pending = loss
-    pending.read()
-    reads.append(time.perf_counter())
+    """The steps step_numbers in turn, `repeats` times, as the training loop queues them (loader_overlap's
+    run_steps). Returns the wall time per step (ms, from the first loss read to the last: the GPU's start,
+    idle until the host queues its first kernels, is left out; on the CPU, which runs each step as it is
+    queued, the mean time to queue one) and the host's time to queue each step (ms)."""
+    reads, queued = loader_overlap.run_steps(model, loader, shape, step_numbers, args,
+                                             repeats * len(step_numbers), optimizers, world_size)
     if not next(model.parameters()).is_cuda:
         return statistics.mean(queued), queued
     return 1000 * (reads[-1] - reads[0]) / (len(reads) - 1), queued
