@@ -1877,7 +1877,7 @@ def load_compile_cache(directory, gpu, log):
     path.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(path.resolve() / "inductor"))
     os.environ.setdefault("TRITON_CACHE_DIR", str(path.resolve() / "triton"))
-    artifacts = path / f"artifacts.gpu{gpu}.bin"
+    artifacts = artifacts_file(directory, gpu)
     if not artifacts.exists():
         return False
     content = artifacts.read_bytes()
@@ -1898,11 +1898,16 @@ def load_compile_cache(directory, gpu, log):
 def save_compile_cache(directory, gpu):
     saved = torch.compiler.save_cache_artifacts()
     if saved is not None:
-        name = f"artifacts.gpu{gpu}.bin"
-        partial = Path(directory) / f"{name}.{os.getpid()}"
+        artifacts = artifacts_file(directory, gpu)
+        partial = artifacts.with_name(f"{artifacts.name}.{os.getpid()}")
         partial.write_bytes(saved[0])
-        partial.replace(Path(directory) / name)
+        partial.replace(artifacts)
         artifacts_in_cache(gpu).write_text(hashlib.sha256(saved[0]).hexdigest())  # they came from these caches
+
+
+def artifacts_file(directory, gpu):
+    """GPU `gpu`'s portable cache artifacts in the compile cache `directory`."""
+    return Path(directory) / f"artifacts.gpu{gpu}.bin"
 
 
 def artifacts_in_cache(gpu):
