@@ -357,7 +357,8 @@ def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(warm_up_run
 def test_precompiler_stop_ends_the_helpers_still_running(workdir, monkeypatch):
     """A run that stops early (an error, an interrupt) ends its helper processes at exit instead of waiting for
     their compilation. Here on the CPU: the helpers are stopped while they still import torch. Every rank has
-    helpers, for its own GPU (the compiled graphs name it): here the second of a node's ranks."""
+    helpers, for its own GPU (the compiled graphs name it): here the second of a node's ranks. Three: stage 1, the
+    later stages (one micro-batch size), validation."""
     monkeypatch.setenv("LOCAL_RANK", "1")
     args = tg.parse_args(QUICK + ["--warmup_steps", "2"])
     shapes = [tg.train_shape(args, 1, stage) for stage in tg.TRAINING_STAGES]
@@ -365,6 +366,6 @@ def test_precompiler_stop_ends_the_helpers_still_running(workdir, monkeypatch):
     messages = []
     precompiler = tg.Precompiler(args, torch.device("cpu"), shapes, val_shape, messages.append)
     helpers = set(precompiler.helpers.values())
-    assert len(helpers) == 2 and len(messages) == 2 and all(helper.is_alive() for helper in helpers)
+    assert len(helpers) == 3 and len(messages) == 3 and all(helper.is_alive() for helper in helpers)
     precompiler.stop()
     assert not precompiler.helpers and all(helper.exitcode == -signal.SIGTERM for helper in helpers)
