@@ -808,6 +808,19 @@ class NorMuon(torch.optim.Optimizer):
             torch._foreach_copy_(matrices, weights.unbind(0))
 
 
+def adam_update(weights, grad, exp_avg, exp_avg_sq, beta1, beta2, step_size, decay, eps):
+    """Adam's step on a flat slice of a parameter, in place: the moments, then weights - u - decay * weights
+    where u and the weights have the same sign, u = step_size * m / (sqrt(v) + eps), in float32 and rounded
+    once. Compiled on the GPU into one pass over memory: as a chain of foreach operations, each a pass of its
+    own, it took 11.6 ms of a 92 ms step on an H100 (stage 5 at 49K tokens, one GPU)."""
+    grad = grad.float()
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    update = exp_avg / (exp_avg_sq.sqrt() + eps) * step_size
+    w = weights.float()
+    weights.copy_(w - decay * w * (update * w > 0) - update)
+
+
 class Adam(torch.optim.Optimizer):
     """Adam with cautious weight decay: p <- p - u - lr^2 * wd * p, the decay only where u and p have the
     same sign, lr being the group's effective rate (scheduled base rate times lr_mul).
@@ -835,6 +848,9 @@ class Adam(torch.optim.Optimizer):
         super().__init__(list(groups.values()), dict(lr=lr, eps=eps))
         self.world_size, self.rank = world_size, dist.get_rank() if world_size > 1 else 0
         self.reduced = {}  # while gradients are being summed: {parameter: (this rank's share, its work)}
+        # one graph per parameter dtype, of any size; the step size and decay are inputs, not constants
+        cuda = any(p.is_cuda for group in self.param_groups for p in group["params"])
+        self.update = torch.compile(adam_update, dynamic=True, fullgraph=True) if cuda else adam_update
 
     def slice(self, p):
         """The elements [start, end) of p, flattened, that this rank updates, and the (padded) share size."""
@@ -872,27 +888,18 @@ class Adam(torch.optim.Optimizer):
                 work = self.reduced[p][1]
                 if work is not None:
                     work.wait()
-            grads = [self.reduced.pop(p)[0].float() for p in params]
-            for p, g in zip(params, grads):
-                if not self.state[p]:
-                    self.state[p].update(exp_avg=torch.zeros_like(g), exp_avg_sq=torch.zeros_like(g))
-            m = [self.state[p]["exp_avg"] for p in params]
-            v = [self.state[p]["exp_avg_sq"] for p in params]
-            torch._foreach_lerp_(m, grads, 1 - beta1)
-            torch._foreach_mul_(v, beta2)
-            torch._foreach_addcmul_(v, grads, grads, 1 - beta2)
             t = group["steps"]
-            denominators = torch._foreach_sqrt(v)
-            torch._foreach_add_(denominators, group["eps"])
-            updates = torch._foreach_div(m, denominators)
-            torch._foreach_mul_(updates, lr * (1 - beta2**t) ** 0.5 / (1 - beta1**t))
-            decay = lr * lr * group["wd"]
-            for p, update in zip(params, updates):
+            step_size, decay = lr * (1 - beta2**t) ** 0.5 / (1 - beta1**t), lr * lr * group["wd"]
+            for p in params:
                 start, end, chunk = self.slice(p)
-                mine, update = p.view(-1)[start:end], update[: end - start]
-                if decay:
-                    mine.mul_(1 - decay * (update * mine > 0))
-                mine.sub_(update.to(p.dtype))
+                mine, grad = p.view(-1)[start:end], self.reduced.pop(p)[0][: end - start]
+                state = self.state[p]
+                if not state:
+                    state.update(exp_avg=torch.zeros_like(grad, dtype=torch.float32),
+                                 exp_avg_sq=torch.zeros_like(grad, dtype=torch.float32))
+                if end > start:  # a rank's slice of a small parameter can be empty
+                    self.update(mine, grad, state["exp_avg"], state["exp_avg_sq"], beta1, beta2, step_size, decay,
+                                group["eps"])
                 if self.world_size > 1:
                     full = p.new_empty(chunk * self.world_size)
                     padded = F.pad(mine, (0, chunk - (end - start)))

@@ -159,6 +159,28 @@ def test_fused_mlp_compiled_matches_float64(fp8):
         assert rel_error(a, b) < (0.1 if fp8 else 2e-2)
 
 
+def test_compiled_adam_update_equals_eager_and_compiles_once_per_dtype():
+    """Adam's compiled update against the same function run eagerly: bf16 slices of several sizes (views into a
+    larger parameter, as a rank's share is) and a float32 one, over steps whose step size and decay change,
+    as the schedule changes them. Neither a new size nor a new step size may compile again."""
+    torch._dynamo.reset()
+    compiled = torch.compile(tg.adam_update, dynamic=True, fullgraph=True)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for size, dtype in [(1000, torch.bfloat16), (333, torch.bfloat16), (77, torch.bfloat16), (5000, torch.float32)]:
+        p = torch.randn(3 * size, device="cuda", generator=g).to(dtype)
+        p0, q, (m, v) = p.clone(), p.clone(), (torch.zeros(2, size, device="cuda") for _ in range(2))
+        for step in range(1, 4):
+            grad = torch.randn(size, device="cuda", generator=g).to(dtype)
+            step_size, decay = 0.01 * step, 0.3 * (step - 1)  # a decay large enough to show
+            compiled(p[size : 2 * size], grad, m[0], v[0], 0.8, 0.95, step_size, decay, 1e-10)
+            tg.adam_update(q[size : 2 * size], grad, m[1], v[1], 0.8, 0.95, step_size, decay, 1e-10)
+        assert torch.equal(p[:size], q[:size]) and torch.equal(p[2 * size :], q[2 * size :])  # only the view moved
+        assert rel_error(m[0], m[1]) < 1e-6 and rel_error(v[0], v[1]) < 1e-6
+        assert rel_error(p, q) < 1e-3 and rel_error(p, p0) > 1e-2  # rounding apart, and moved far more
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 2  # bf16 and float32
+
+
 def test_compiled_model_equals_eager_model():
     """compile_regions changes no maths: a float32 copy of build_model's model, compiled, against the same
     weights uncompiled, loss and every gradient, in training and in validation. In float32 rounding cannot
