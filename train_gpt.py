@@ -2830,16 +2830,19 @@ POLAR_EXPRESS = (
 
 
 def orthogonalize(G):
-    """The nearest semi-orthogonal matrix to each G[..., :, :], roughly, in bf16 (Polar Express)."""
-    X = G.bfloat16()
+    """The nearest semi-orthogonal matrix to each G[..., :, :], roughly, in bf16 (Polar Express). Each
+    quintic's sums run in its matmuls' epilogues (baddbmm's beta and alpha), in float32: as bf16 multiplies
+    and adds of their own they were most of the 3.3 ms of elementwise kernels in NorMuon's 9.2 ms step on an
+    H100 (one GPU, 49K tokens a step)."""
+    X = G.bfloat16().reshape(-1, *G.shape[-2:])
     wide = X.size(-2) <= X.size(-1)
     if not wide:
         X = X.mT
     X = X / (1.02 * X.norm(dim=(-2, -1), keepdim=True) + 1e-6)  # singular values below 1, bf16 rounding too
     for a, b, c in POLAR_EXPRESS:
         A = X @ X.mT
-        X = a * X + (b * A + c * A @ A) @ X
-    return X if wide else X.mT
+        X = torch.baddbmm(X, torch.baddbmm(A, A, A, beta=b, alpha=c), X, beta=a)  # a X + (b A + c A A) X
+    return (X if wide else X.mT).reshape(G.shape)
 
 
 def normalize_neurons(X, second_moment, beta=0.9):
