@@ -13,7 +13,9 @@ span from the first kernel to the last, profiled: the rest is the GPU waiting), 
 (matmuls, attention, NCCL, the rest) and the exposed communication: the time during which an NCCL kernel ran
 and no other kernel did, the part of communication that the step waits for. NCCL kernels also count the time
 they spend waiting for the slowest rank, so their own total overstates the transfers; the exposed time is the
-figure to report, as a share of the step (rank 0's, min and max over ranks). Then the `--top` kernels of the
+figure to report, as a share of the step (rank 0's, min and max over ranks). Then the optimizers' steps per
+stage: the host's time in each step() call and the span of its kernels on the GPU, which show what the
+optimizers cost a host-bound step. Then the `--top` kernels of the
 last stage outside matmuls, attention and NCCL, by their time per step, as a list of what "other" holds. Each
 rank's trace of the last stage (or of --trace_stage) goes to traces/step_profile_rank<r>.json: open them in
 Perfetto side by side to see where one rank waits for another.
@@ -89,9 +91,21 @@ def busy_share(intervals):
     return sum(end - start for start, end in merged) / (merged[-1][1] - merged[0][0])
 
 
+def optimizer_times(annotations, profiled):
+    """The optimizers' steps, in ms per step over `profiled` steps, from their record_function ranges
+    (name, on the GPU, microseconds), e.g. ("Optimizer.step#NorMuon.step", False, 9200.0): {optimizer: [host,
+    GPU]}, the host's time in the call and the span of its kernels on the GPU. Other ranges are left out."""
+    times = {}
+    for name, on_gpu, us in annotations:
+        if name.startswith("Optimizer.step#"):
+            times.setdefault(name.split("#")[1].split(".")[0], [0.0, 0.0])[on_gpu] += us / 1000 / profiled
+    return times
+
+
 def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_size, steps, device):
-    """Kernel time by kind (ms per step), exposed communication (ms per step), the GPU's busy share and the
-    "other" kernels' time by name (ms per step, and launches per step), profiled."""
+    """Kernel time by kind (ms per step), exposed communication (ms per step), the GPU's busy share, the
+    "other" kernels' time by name (ms per step, and launches per step) and the optimizers' (optimizer_times),
+    profiled."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, steps)
@@ -111,7 +125,9 @@ def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_si
                            [(s, e) for k, s, e in kernels if k != "nccl"]) / 1000 / profiled
     busy = busy_share([(s, e) for _, s, e in kernels])
     others = [(name, ms, other_launches[name]) for name, ms in other_time.most_common()]
-    return by_kind, exposed, busy, others, prof
+    optimizer = optimizer_times([(e.name, e.device_type == DeviceType.CUDA, e.time_range.elapsed_us())
+                                 for e in prof.events() if e.is_user_annotation], profiled)
+    return by_kind, exposed, busy, others, optimizer, prof
 
 
 def main():
@@ -138,8 +154,9 @@ def main():
         shape = tg.train_shape(args, world_size, tg.TRAINING_STAGES[i])
         run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.warmup)
         step_ms, queued = run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.steps)
-        by_kind, exposed, busy, others, prof = profile_steps(model, loader, shape, optimizers, step_numbers, args,
-                                                             world_size, own.steps, device)
+        by_kind, exposed, busy, others, optimizer, prof = profile_steps(model, loader, shape, optimizers,
+                                                                        step_numbers, args, world_size, own.steps,
+                                                                        device)
         if own.trace_stage in (None, i):
             traced = prof
         shares = [exposed / step_ms]
@@ -147,7 +164,7 @@ def main():
             shares = [None] * world_size
             dist.all_gather_object(shares, exposed / step_ms)
         rows.append((i, tg.attention_windows(step_numbers[0], args), step_ms, statistics.median(queued), busy,
-                     by_kind, exposed, shares))
+                     by_kind, exposed, shares, optimizer))
     if traced is not None:
         Path(ROOT, "traces").mkdir(exist_ok=True)
         traced.export_chrome_trace(str(ROOT / "traces" / f"step_profile_rank{rank}.json"))
@@ -161,10 +178,19 @@ def main():
         print("| stage | windows | step | host | GPU busy | matmul | attention | NCCL | other | exposed "
               "communication | share of step: rank 0, min–max over ranks |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for i, windows, step_ms, host, busy, by_kind, exposed, shares in rows:
+        for i, windows, step_ms, host, busy, by_kind, exposed, shares, _ in rows:
             kinds = " | ".join(f"{by_kind[k]:.1f}" for k in ("matmul", "attention", "nccl", "other"))
             print(f"| {i} | {windows} | {step_ms:.1f} ms | {host:.1f} ms | {busy:.1%} | {kinds} | {exposed:.1f} "
                   f"ms | {shares[0]:.1%}, {min(shares):.1%}–{max(shares):.1%} |")
+        names = sorted({name for row in rows for name in row[-1]})
+        print("\nthe optimizers' steps, ms per step (rank 0, profiled: the profiler slows the host): the host's time "
+              "in each step() call / the span of its kernels on the GPU (Adam steps on odd steps only)")
+        print("| stage | " + " | ".join(names) + " |")
+        print("|---:|" + "---:|" * len(names))
+        for i, *_, optimizer in rows:
+            cells = (f"{optimizer[n][0]:.1f} / " + (f"{optimizer[n][1]:.1f}" if cuda else "–") if n in optimizer
+                     else "–" for n in names)
+            print(f"| {i} | " + " | ".join(cells) + " |")
         print(f"\nstage {rows[-1][0]}: the {own.top} largest of {len(others)} other kernels, "
               f"{sum(ms for _, ms, _ in others):.1f} ms per step in all")
         print("| kernel | ms per step | launches per step |")

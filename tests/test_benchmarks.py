@@ -39,6 +39,17 @@ def test_kernel_kinds_by_name():
     assert kinds == ["nccl", "attention", "matmul", "matmul", "matmul", "other"]
 
 
+def test_optimizer_times_split_host_and_gpu_per_optimizer_and_step():
+    """Two profiled steps: NorMuon's range on both, Adam's on one (odd steps only), each once on the host and
+    once on the GPU; zero_grad's and other ranges are not the optimizers' steps."""
+    annotations = [("Optimizer.step#NorMuon.step", False, 4000.0), ("Optimizer.step#NorMuon.step", True, 9000.0),
+                   ("Optimizer.step#NorMuon.step", False, 6000.0), ("Optimizer.step#NorMuon.step", True, 9400.0),
+                   ("Optimizer.step#Adam.step", False, 3000.0), ("Optimizer.step#Adam.step", True, 11600.0),
+                   ("Optimizer.zero_grad#Adam.zero_grad", False, 500.0), ("ProfilerStep#1", False, 90000.0)]
+    times = step_profile.optimizer_times(annotations, profiled=2)
+    assert times == {"NorMuon": pytest.approx([5.0, 9.2]), "Adam": pytest.approx([1.5, 5.8])}
+
+
 def test_step_ab_weighs_each_stage_by_its_steps():
     """The run's time per token: a stage of many short steps weighs as its steps do, not as one column."""
     result = {"median_ms": {"0": 50.0, "1": 100.0}, "steps": {"0": 400, "1": 20}}
