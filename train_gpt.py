@@ -12,6 +12,10 @@ import time
 from pathlib import Path
 
 PROCESS_START = time.perf_counter()  # for the start-up time split in the log
+# Importing Inductor sets TORCHINDUCTOR_CACHE_DIR to its default (/tmp/torchinductor_<user>): what the environment
+# held before is the user's own choice, which load_compile_cache keeps; else it points the caches into the
+# --compile_cache directory
+GIVEN_CACHE_DIRS = {name: os.environ.get(name) for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
 
 if __name__ == "__main__" and sys.dont_write_bytecode and sys.pycache_prefix is None:
     # Before torch is imported. Some machines install PyTorch without bytecode and set PYTHONDONTWRITEBYTECODE,
@@ -1872,9 +1876,11 @@ def write_log_header(log, run_id, args, world_size, device):
 
 
 def load_compile_cache(directory, gpu, log):
-    """Point Inductor's and Triton's on-disk caches into `directory` and load PyTorch's portable cache
-    artifacts of GPU `gpu` (its index on this node) from it, so that a later run, here or on a fresh machine
-    given the same directory, skips most of the compilation. The caches are keyed by content hashes: a stale
+    """Point Inductor's and Triton's on-disk caches into `directory`, unless the environment named others before
+    this module imported Inductor (GIVEN_CACHE_DIRS: the import sets Inductor's variable to its default, and
+    until this was seen every directory shared that default cache, so that a new one was no cold start); and
+    load PyTorch's portable cache artifacts of GPU `gpu` (its index on this node) from it, so that a later run,
+    here or on a fresh machine given the same directory, skips most of the compilation. The caches are keyed by content hashes: a stale
     entry is not used. The compiled graphs name their GPU, so each GPU has its artifacts: rank 1 found none
     for cuda:1 among rank 0's and compiled everything (an 87 s start on 2 GPUs). Artifacts that Inductor's
     cache already holds (it records their hash) are not loaded again: that took about 5 s of every warm start,
@@ -1882,8 +1888,8 @@ def load_compile_cache(directory, gpu, log):
     artifacts: False is a cold start."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(path.resolve() / "inductor"))
-    os.environ.setdefault("TRITON_CACHE_DIR", str(path.resolve() / "triton"))
+    for name, folder in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+        os.environ[name] = GIVEN_CACHE_DIRS[name] or str(path.resolve() / folder)
     artifacts = artifacts_file(directory, gpu)
     if not artifacts.exists():
         return False

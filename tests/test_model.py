@@ -1357,8 +1357,30 @@ def test_fp8_head_loss_matches_float_reference_on_cpu():
 
 @pytest.fixture
 def private_caches(monkeypatch):
-    """load_compile_cache sets the cache variables when unset: a private environment without them."""
+    """load_compile_cache sets the cache variables unless given: a private environment, and none given."""
     monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.endswith("_CACHE_DIR")})
+    monkeypatch.setattr(tg, "GIVEN_CACHE_DIRS", dict.fromkeys(tg.GIVEN_CACHE_DIRS))
+
+
+LOAD_COMPILE_CACHE = """
+import os, sys, train_gpt as tg
+tg.load_compile_cache(sys.argv[1], 0, print)
+print(os.environ["TORCHINDUCTOR_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"])
+"""
+
+
+def test_compile_cache_holds_the_caches_though_importing_inductor_set_its_default(tmp_path):
+    """Importing torch._inductor sets TORCHINDUCTOR_CACHE_DIR to its default (/tmp/torchinductor_<user>), before
+    load_compile_cache runs: a process whose environment named no caches must still get Inductor's and Triton's
+    inside --compile_cache, so that a new directory is a cold start, as start-up measurements assume; one that
+    named its own keeps it. In a fresh process, as a run starts."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_CACHE_DIR")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    run = lambda: subprocess.run([sys.executable, "-c", LOAD_COMPILE_CACHE, str(tmp_path / "cc")], env=env,  # noqa: E731
+                                 capture_output=True, text=True, check=True).stdout.split()
+    assert run() == [str(tmp_path.resolve() / "cc" / "inductor"), str(tmp_path.resolve() / "cc" / "triton")]
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "mine")
+    assert run() == [str(tmp_path / "mine"), str(tmp_path.resolve() / "cc" / "triton")]
 
 
 @pytest.mark.parametrize("content", [None, b"not a cache", bytes(range(256)) * 16], ids=["none", "text", "binary"])
