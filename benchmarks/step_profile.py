@@ -17,8 +17,9 @@ figure to report, as a share of the step (rank 0's, min and max over ranks). The
 stage: the host's time in each step() call and the span of its kernels on the GPU, which show what the
 optimizers cost a host-bound step. Then the `--top` kernels of the
 last stage outside matmuls, attention and NCCL, by their time per step, as a list of what "other" holds. Each
-rank's trace of the last stage (or of --trace_stage) goes to traces/step_profile_rank<r>.json: open them in
-Perfetto side by side to see where one rank waits for another.
+rank's trace of the last stage (or of --trace_stage) goes to traces/step_profile_rank<r>.json.gz, gzipped (a
+stage's trace is about 12 MB of JSON on an H100, 0.8 MB gzipped, and the device machines send files back within
+limits): open them in Perfetto side by side to see where one rank waits for another.
 """
 import argparse
 import statistics
@@ -167,7 +168,7 @@ def main():
                      by_kind, exposed, shares, optimizer))
     if traced is not None:
         Path(ROOT, "traces").mkdir(exist_ok=True)
-        traced.export_chrome_trace(str(ROOT / "traces" / f"step_profile_rank{rank}.json"))
+        traced.export_chrome_trace(str(ROOT / "traces" / f"step_profile_rank{rank}.json.gz"))
     if rank == 0:
         print(f"{world_size} × {torch.cuda.get_device_name(device) if cuda else 'CPU'}, per stage its first two "
               f"steps in turn, {own.steps} times each after {own.warmup}, each loss read once the next step is "
