@@ -886,17 +886,15 @@ class Adam(torch.optim.Optimizer):
             if not params:
                 continue
             group["steps"] += 1
-            beta1, beta2 = group["betas"]
+            (beta1, beta2), t = group["betas"], group["steps"]
             lr = group["lr"] * group["lr_mul"]
-            for p in params:
-                work = self.reduced[p][1]
-                if work is not None:
-                    work.wait()
-            t = group["steps"]
             step_size, decay = lr * (1 - beta2**t) ** 0.5 / (1 - beta1**t), lr * lr * group["wd"]
             for p in params:
+                share, work = self.reduced.pop(p)
+                if work is not None:  # each parameter's own: the later ones' reductions go on meanwhile
+                    work.wait()
                 start, end, chunk = self.slice(p)
-                mine, grad = p.view(-1)[start:end], self.reduced.pop(p)[0][: end - start]
+                mine, grad = p.view(-1)[start:end], share[: end - start]
                 state = self.state[p]
                 if not state:
                     state.update(exp_avg=torch.zeros_like(grad, dtype=torch.float32),
@@ -1876,16 +1874,15 @@ def write_log_header(log, run_id, args, world_size, device):
 
 
 def load_compile_cache(directory, gpu, log):
-    """Point Inductor's and Triton's on-disk caches into `directory`, unless the environment named others before
-    this module imported Inductor (GIVEN_CACHE_DIRS: the import sets Inductor's variable to its default, and
-    until this was seen every directory shared that default cache, so that a new one was no cold start); and
-    load PyTorch's portable cache artifacts of GPU `gpu` (its index on this node) from it, so that a later run,
-    here or on a fresh machine given the same directory, skips most of the compilation. The caches are keyed by content hashes: a stale
-    entry is not used. The compiled graphs name their GPU, so each GPU has its artifacts: rank 1 found none
-    for cuda:1 among rank 0's and compiled everything (an 87 s start on 2 GPUs). Artifacts that Inductor's
-    cache already holds (it records their hash) are not loaded again: that took about 5 s of every warm start,
-    and cache hits are recorded for the next save as misses are. Returns whether the directory held this GPU's
-    artifacts: False is a cold start."""
+    """Point Inductor's and Triton's on-disk caches into `directory` (unless the environment named others before
+    Inductor's import set its default: GIVEN_CACHE_DIRS), so that a new directory is a cold start, and load
+    PyTorch's portable cache artifacts of GPU `gpu` (its index on this node) from it, so that a later run, here
+    or on a fresh machine given the same directory, skips most of the compilation. The caches are keyed by
+    content hashes: a stale entry is not used. The compiled graphs name their GPU, so each GPU has its
+    artifacts: rank 1 found none for cuda:1 among rank 0's and compiled everything (an 87 s start on 2 GPUs).
+    Artifacts that Inductor's cache already holds (it records their hash) are not loaded again: that took about
+    5 s of every warm start, and cache hits are recorded for the next save as misses are. Returns whether the
+    directory held this GPU's artifacts: False is a cold start."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     for name, folder in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
@@ -2157,9 +2154,9 @@ class Precompiler:
     while this process warms up the first stage: one helper per micro-batch size, and one for validation
     (compiled with the last stages, it held stage 2's warm-up 19.3 s of a 68.9 s cold start on 2 H100s, against
     6.5 s of 56.9 s on its own). Every rank has its own helpers: the compiled graphs name their GPU, and rank 1
-    missed rank 0's helpers' graphs. The warm-up of a later stage first waits for its
-    helper, then loads what it compiled. A helper that fails costs nothing but its time: the warm-up compiles
-    here, as without helpers. Memory: a helper holds a model and one micro-batch's activations, no optimizer."""
+    missed rank 0's helpers' graphs. The warm-up of a later stage first waits for its helper, then loads what it
+    compiled. A helper that fails costs nothing but its time: the warm-up compiles here, as without helpers.
+    Memory: a helper holds a model and one micro-batch's activations, no optimizer."""
 
     def __init__(self, args, device, shapes, val_shape, log):
         self.helpers, self.log = {}, log

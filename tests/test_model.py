@@ -1376,8 +1376,11 @@ def test_compile_cache_holds_the_caches_though_importing_inductor_set_its_defaul
     named its own keeps it. In a fresh process, as a run starts."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_CACHE_DIR")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    run = lambda: subprocess.run([sys.executable, "-c", LOAD_COMPILE_CACHE, str(tmp_path / "cc")], env=env,  # noqa: E731
-                                 capture_output=True, text=True, check=True).stdout.split()
+    command = [sys.executable, "-c", LOAD_COMPILE_CACHE, str(tmp_path / "cc")]
+
+    def run():
+        return subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout.split()
+
     assert run() == [str(tmp_path.resolve() / "cc" / "inductor"), str(tmp_path.resolve() / "cc" / "triton")]
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "mine")
     assert run() == [str(tmp_path / "mine"), str(tmp_path.resolve() / "cc" / "triton")]
