@@ -2687,31 +2687,39 @@ if triton is not None:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     @triton.jit
-    def relu_square_epilogue(acc, out_desc, post_desc, row, col, BACKWARD: tl.constexpr):
-        """The activation (forward) or its derivative (backward) applied to a finished accumulator, stored."""
+    def relu_square_epilogue(acc, out_desc, post_desc, copy_desc, copy_factor, row, col, BACKWARD: tl.constexpr,
+                             COPY: tl.constexpr):
+        """The activation (forward) or its derivative (backward) applied to a finished accumulator, stored; with
+        COPY, stored again in FP8 e4m3 times copy_factor (1 / its scale), clamped at its largest value."""
         if BACKWARD:
             acc = acc * 2 * tl.sqrt(post_desc.load([row, col]).to(tl.float32))
         else:
             acc = tl.maximum(acc, 0.0)
             acc = acc * acc
         out_desc.store([row, col], acc.to(out_desc.dtype))
+        if COPY:
+            copy_desc.store([row, col], tl.minimum(acc * copy_factor, 448.0).to(copy_desc.dtype))
 
     @triton.jit
-    def relu_square_matmul_kernel(a_desc, b_desc, out_desc, post_desc, scale_ptr, M, programs, N: tl.constexpr,
-                                  K: tl.constexpr, B_ROWS_N: tl.constexpr, BACKWARD: tl.constexpr,
-                                  SCALED: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                                  GROUP: tl.constexpr):
+    def relu_square_matmul_kernel(a_desc, b_desc, out_desc, post_desc, copy_desc, scale_ptr, copy_scale_ptr, M,
+                                  programs, N: tl.constexpr, K: tl.constexpr, B_ROWS_N: tl.constexpr,
+                                  BACKWARD: tl.constexpr, SCALED: tl.constexpr, COPY: tl.constexpr,
+                                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
         """(BM, BN) tiles of a @ b with the MLP's activation applied as each tile is written, so that the
         4x-wide activation makes no extra round trip through memory. a: (M, K); b: (N, K) if B_ROWS_N, else
         (K, N); out and post: (M, N); all row-major, read and written by TMA (rows past M: zeros read,
         nothing written); N and K multiples of BN and BK.
         Forward: out = relu(a @ b)^2. Backward (a the output's gradient, b the output projection, post the
         forward's out): out = (a @ b) * 2 sqrt(post), the pre-activation's gradient, as relu = sqrt(post).
-        SCALED: a and b are FP8, a @ b is multiplied by the product of their scales, at scale_ptr.
+        SCALED: a and b are FP8, a @ b is multiplied by the product of their scales, at scale_ptr. COPY: out is
+        also written in FP8 e4m3 (copy_desc) at the scale at copy_scale_ptr (the output projection's operand).
         Persistent: each of `programs` programs takes every programs-th tile, its loop over tiles and K
         flattened into one software pipeline, so the next tile's loads run during this one's epilogue; the
         epilogue works on two (BM, BN / 2) halves, which keeps its registers and staging memory small."""
         tiles_m, tiles_n = tl.cdiv(M, BM), N // BN
+        copy_factor = 1.0
+        if COPY:
+            copy_factor = 1 / tl.load(copy_scale_ptr)
         for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, programs, flatten=True):
             # GROUP row-tiles in a row take every column tile in turn: b's columns are reused from L2
             group_start = tile // (GROUP * tiles_n) * GROUP
@@ -2725,8 +2733,9 @@ if triton is not None:
             if SCALED:
                 acc = acc * tl.load(scale_ptr)
             left, right = tl.split(acc.reshape(BM, 2, BN // 2).permute(0, 2, 1))
-            relu_square_epilogue(left, out_desc, post_desc, row, col, BACKWARD)
-            relu_square_epilogue(right, out_desc, post_desc, row, col + BN // 2, BACKWARD)
+            relu_square_epilogue(left, out_desc, post_desc, copy_desc, copy_factor, row, col, BACKWARD, COPY)
+            relu_square_epilogue(right, out_desc, post_desc, copy_desc, copy_factor, row, col + BN // 2, BACKWARD,
+                                 COPY)
 
 
 @functools.cache
@@ -2736,10 +2745,11 @@ def multiprocessors(device):
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
-def relu_square_matmul(a, b, post=None, scale=None, out_dtype=None):
+def relu_square_matmul(a, b, post=None, scale=None, out_dtype=None, copy=None, copy_scale=None):
     """relu_square_matmul_kernel over the whole product: relu(a @ b)^2, or with post, (a @ b) * 2 sqrt(post);
-    with scale (FP8 a and b), a @ b times scale first. b: (K, N), row-major or the transpose of a row-major
-    (N, K) (an nn.Linear's weight, .T)."""
+    with scale (FP8 a and b), a @ b times scale first; with copy (an e4m3 tensor of out's shape), out / copy_scale
+    written into it too. b: (K, N), row-major or the transpose of a row-major (N, K) (an nn.Linear's weight,
+    .T)."""
     (M, K), N = a.shape, b.size(1)
     tile = MLP_TILES[a.dtype]
     BM, BN, BK = tile["BM"], tile["BN"], tile["BK"]
@@ -2750,10 +2760,12 @@ def relu_square_matmul(a, b, post=None, scale=None, out_dtype=None):
     out_desc = TensorDescriptor.from_tensor(out, [BM, BN // 2])
     # the forward reads no post, the bf16 kernel no scale: any descriptor and pointer will do
     post_desc = out_desc if post is None else TensorDescriptor.from_tensor(post, [BM, BN // 2])
+    copy_desc = out_desc if copy is None else TensorDescriptor.from_tensor(copy, [BM, BN // 2])
     programs = min(multiprocessors(a.device), triton.cdiv(M, BM) * (N // BN))
-    relu_square_matmul_kernel[(programs,)](a_desc, b_desc, out_desc, post_desc, out if scale is None else scale, M,
+    relu_square_matmul_kernel[(programs,)](a_desc, b_desc, out_desc, post_desc, copy_desc,
+                                           out if scale is None else scale, out if copy is None else copy_scale, M,
                                            programs, N=N, K=K, B_ROWS_N=rows_n, BACKWARD=post is not None,
-                                           SCALED=scale is not None, **tile)
+                                           SCALED=scale is not None, COPY=copy is not None, **tile)
     return out
 
 
@@ -2767,20 +2779,36 @@ def fused_mlp_kernels(a, b):
 
 
 @torch.library.custom_op("train_gpt::relu_square_linear", mutates_args=())
-def relu_square_linear(x: torch.Tensor, w: torch.Tensor, scale: Optional[torch.Tensor]) -> torch.Tensor:
-    """relu(x @ w.T)^2, the MLP's hidden activation; with scale, x and w are FP8 and x @ w.T is multiplied by
-    scale, the product of their scales, and the activation is bf16. An operator opaque to torch.compile, as
-    the head's."""
+def relu_square_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """relu(x @ w.T)^2, the MLP's hidden activation. An operator opaque to torch.compile, as the head's."""
     if not fused_mlp_kernels(x, w.T):
-        if scale is None:
-            return F.relu(F.linear(x, w)).square()
-        return F.relu(F.linear(x.float(), w.float()) * scale).square().bfloat16()
-    return relu_square_matmul(x, w.T, scale=scale, out_dtype=None if scale is None else torch.bfloat16)
+        return F.relu(F.linear(x, w)).square()
+    return relu_square_matmul(x, w.T)
 
 
 @relu_square_linear.register_fake
-def _(x, w, scale):
-    return x.new_empty(x.size(0), w.size(0), dtype=x.dtype if scale is None else torch.bfloat16)
+def _(x, w):
+    return x.new_empty(x.size(0), w.size(0))
+
+
+@torch.library.custom_op("train_gpt::relu_square_linear_fp8", mutates_args=())
+def relu_square_linear_fp8(x8: torch.Tensor, w8: torch.Tensor, scale: torch.Tensor,
+                           post_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The activation of FP8 operands: relu(x8 @ w8.T * scale)^2 (scale: the product of their scales) in bf16,
+    which the backward pass reads, and the same in e4m3 at post_scale, clamped at 448, which the output
+    projection multiplies. Both are written from the one accumulator."""
+    if not fused_mlp_kernels(x8, w8.T):
+        post = F.relu(F.linear(x8.float(), w8.float()) * scale).square()
+        return post.bfloat16(), (post / post_scale).clamp(max=448).to(torch.float8_e4m3fn)
+    post8 = torch.empty(x8.size(0), w8.size(0), dtype=torch.float8_e4m3fn, device=x8.device)
+    post = relu_square_matmul(x8, w8.T, scale=scale, out_dtype=torch.bfloat16, copy=post8, copy_scale=post_scale)
+    return post, post8
+
+
+@relu_square_linear_fp8.register_fake
+def _(x8, w8, scale, post_scale):
+    shape = (x8.size(0), w8.size(0))
+    return x8.new_empty(shape, dtype=torch.bfloat16), x8.new_empty(shape, dtype=torch.float8_e4m3fn)
 
 
 @torch.library.custom_op("train_gpt::relu_square_linear_backward", mutates_args=())
@@ -2801,19 +2829,30 @@ class ReluSquareMLP(torch.autograd.Function):
     """relu(x @ fc.T)^2 @ proj.T, the activation applied inside the matmuls' kernels both ways. What is kept
     for the backward pass is the activation relu(.)^2 alone: relu(.) is its square root.
 
-    With fp8 (Hopper, the public record's #84), x @ fc.T runs in float8 e4m3: x at the fixed scale
-    sqrt(dim) / 448, as x is RMS-normalised (|x| <= sqrt(dim)); fc at amax(|fc|) / 448, taken afresh at every
-    call. The backward pass stays in bf16, and MLP validates without FP8."""
+    With fp8 (Hopper), both forward matmuls run in float8 e4m3 (#84 the first, #90 both):
+    - x @ fc.T: x at the fixed scale sqrt(dim) / 448, as x is RMS-normalised (|x| <= sqrt(dim)); fc at
+      amax(|fc|) / 448, taken afresh at every call.
+    - post @ proj.T: the kernel writes post in e4m3 too, at a scale that no value can exceed and that needs no
+      pass over post: (x . fc_i)^2 <= |x|^2 |fc_i|^2 <= dim max_i |fc_i|^2 (Cauchy-Schwarz; fc's row norms are
+      a pass over the weight only). A pass to find post's amax would cost about what FP8 saves (an A/B of
+      scales found so, in the backward pass, was 5 % slower per step). proj at amax(|proj|) / 448.
+    The backward pass stays in bf16, from the bf16 post, and MLP validates without FP8."""
 
     @staticmethod
     def forward(ctx, x, fc, proj, fp8):
         if fp8:
             (x8, x_scale), fc_scale = normed_e4m3(x), fc.detach().abs().amax().float() / 448
-            post = relu_square_linear(x8, to_e4m3(fc, fc_scale), x_scale * fc_scale)
+            post_scale = fc.detach().float().square().sum(1).amax() * x.size(-1) / 448
+            post, post8 = relu_square_linear_fp8(x8, to_e4m3(fc, fc_scale), x_scale * fc_scale, post_scale)
+            proj_scale = proj.detach().abs().amax().float() / 448
+            # _scaled_mm wants its second operand column-major: the transpose of the row-major e4m3 proj
+            out = torch._scaled_mm(post8, to_e4m3(proj, proj_scale).T, scale_a=post_scale, scale_b=proj_scale,
+                                   out_dtype=torch.bfloat16)
         else:
-            post = relu_square_linear(x, fc, None)
+            post = relu_square_linear(x, fc)
+            out = F.linear(post, proj)
         ctx.save_for_backward(x, fc, proj, post)
-        return F.linear(post, proj)
+        return out
 
     @staticmethod
     def backward(ctx, grad_out):

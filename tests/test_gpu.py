@@ -122,21 +122,26 @@ def test_relu_square_matmul_kernel_against_float64(tokens):
     proj = (0.02 * torch.randn(768, 3072, device="cuda")).bfloat16()
     grad = torch.randn(tokens, 768, device="cuda").bfloat16()
     torch.full((tokens, 3072), float("nan"), device="cuda", dtype=torch.bfloat16)  # freed: the outputs reuse it
-    post = tg.relu_square_linear(x, fc, None)
+    post = tg.relu_square_linear(x, fc)
     pre = x.double() @ fc.double().T
     assert rel_error(post, pre.relu().square()) < 1e-2
     torch.full((tokens, 3072), float("nan"), device="cuda", dtype=torch.bfloat16)
     grad_pre = tg.relu_square_linear_backward(grad, proj, post)
     assert rel_error(grad_pre, (grad.double() @ proj.double()) * 2 * pre.relu()) < 1e-2
-    # FP8 operands (Hopper): the exact product of the e4m3 values, scaled, in bf16
+    # FP8 operands (Hopper): the exact product of the e4m3 values, scaled, in bf16, and its e4m3 copy at a
+    # scale a quarter of its maximum's (some values clamped at 448), against torch's cast of the bf16 output
     if torch.cuda.get_device_capability() >= (9, 0):
         scales = 768**0.5 / 448, fc.abs().max().item() / 448
         x8, fc8 = tg.to_e4m3(x, scales[0]), tg.to_e4m3(fc, scales[1])
         torch.full((tokens, 3072), float("nan"), device="cuda", dtype=torch.bfloat16)
-        post = tg.relu_square_linear(x8, fc8, torch.tensor(scales[0] * scales[1], device="cuda"))
-        assert post.dtype == torch.bfloat16
         exact = (scales[0] * scales[1] * x8.double() @ fc8.double().T).relu().square()
+        post_scale = torch.tensor(exact.max().item() / 4 / 448, device="cuda")
+        post, post8 = tg.relu_square_linear_fp8(x8, fc8, torch.tensor(scales[0] * scales[1], device="cuda"),
+                                                post_scale)
+        assert post.dtype == torch.bfloat16 and post8.dtype == torch.float8_e4m3fn
         assert rel_error(post, exact) < 1e-2
+        want8 = (exact / post_scale.double()).clamp(max=448)
+        assert (post8.float() == 448).any() and rel_error(post8.double(), want8) < 0.05  # e4m3: 3 mantissa bits
 
 
 @pytest.mark.parametrize("fp8", [False, True])

@@ -1311,8 +1311,9 @@ def test_relu_square_matmul_kernel_in_triton_interpreter():
 
 def test_fp8_mlp_scales_and_casts_its_forward_operands_and_keeps_a_bf16_backward():
     """ReluSquareMLP with fp8 on the CPU (the reference path): the activation is that of x and fc rounded to
-    e4m3 at their scales (x at sqrt(dim) / 448, fc at amax / 448, none saturating), in bf16, within FP8's
-    error of the exact one; the backward pass is the bf16 formula applied to that activation."""
+    e4m3 at their scales (x at sqrt(dim) / 448, fc at amax / 448, none saturating); the output is that
+    activation and proj rounded to e4m3 (at the bound of the activation and at amax / 448), multiplied; within
+    FP8's error of the exact one; the backward pass is the bf16 formula applied to the bf16 activation."""
     torch.manual_seed(0)
     x = tg.rms_norm(torch.randn(70, 64)).bfloat16()
     fc, proj = (0.1 * torch.randn(256, 64)).bfloat16(), (0.1 * torch.randn(64, 256)).bfloat16()
@@ -1321,9 +1322,16 @@ def test_fp8_mlp_scales_and_casts_its_forward_operands_and_keeps_a_bf16_backward
     x_scale, fc_scale = 64**0.5 / 448, fc.float().abs().max() / 448
     x8 = (x.float() / x_scale).to(torch.float8_e4m3fn).float() * x_scale
     fc8 = (fc.float() / fc_scale).to(torch.float8_e4m3fn).float() * fc_scale
-    post = F.relu(x8 @ fc8.T).square().bfloat16()
+    post = F.relu(x8 @ fc8.T).square()
     assert (fc.float() / fc_scale).abs().max() == 448 and (x.float() / x_scale).abs().max() < 448
-    assert rel_error(out, F.linear(post, proj)) < 1e-2
+    # the output projection's operands: post at the bound dim * max |fc_i|^2 / 448, which no value reaches
+    post_scale, proj_scale = 64 * fc.float().square().sum(1).max() / 448, proj.float().abs().max() / 448
+    assert post.max() < 448 * post_scale
+    post8 = (post / post_scale).to(torch.float8_e4m3fn).float() * post_scale
+    proj8 = (proj.float() / proj_scale).to(torch.float8_e4m3fn).float() * proj_scale
+    assert rel_error(out, F.linear(post8, proj8)) < 1e-2
+    assert rel_error(out, F.linear(post, proj.float())) > 1e-3  # and not the bf16 product
+    post = post.bfloat16()  # what the backward pass reads
     exact = F.linear(F.relu(F.linear(x.double(), fc.double())).square(), proj.double())
     assert 1e-3 < rel_error(out, exact) < 0.15  # FP8 moved it, not much
     grad = torch.randn(70, 64).bfloat16()
