@@ -2615,6 +2615,12 @@ def to_e4m3(t, scale):
     return (t.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
 
 
+def e4m3_scale(bound):
+    """The scale that maps bound, the largest magnitude a tensor can have, to e4m3's largest value (448). Never
+    zero: at step 0 the MLP's output projection is all zeros, and its amax scale made 0 / 0."""
+    return bound.float().clamp_min(2**-100) / 448
+
+
 def normed_e4m3(x):
     """An RMS-normalised x in float8 e4m3 at the fixed scale sqrt(dim) / 448 (|x| <= sqrt(dim)), which needs
     no pass over the data to find its range; and that scale. The head's and the MLP's input."""
@@ -2841,10 +2847,10 @@ class ReluSquareMLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, fc, proj, fp8):
         if fp8:
-            (x8, x_scale), fc_scale = normed_e4m3(x), fc.detach().abs().amax().float() / 448
-            post_scale = fc.detach().float().square().sum(1).amax() * x.size(-1) / 448
+            (x8, x_scale), fc_scale = normed_e4m3(x), e4m3_scale(fc.detach().abs().amax())
+            post_scale = e4m3_scale(fc.detach().float().square().sum(1).amax() * x.size(-1))
             post, post8 = relu_square_linear_fp8(x8, to_e4m3(fc, fc_scale), x_scale * fc_scale, post_scale)
-            proj_scale = proj.detach().abs().amax().float() / 448
+            proj_scale = e4m3_scale(proj.detach().abs().amax())
             # _scaled_mm wants its second operand column-major: the transpose of the row-major e4m3 proj
             out = torch._scaled_mm(post8, to_e4m3(proj, proj_scale).T, scale_a=post_scale, scale_b=proj_scale,
                                    out_dtype=torch.bfloat16)

@@ -1345,6 +1345,19 @@ def test_fp8_mlp_scales_and_casts_its_forward_operands_and_keeps_a_bf16_backward
         assert torch.equal(mlp(x), tg.ReluSquareMLP.apply(x, mlp.fc.weight, mlp.proj.weight, False))
 
 
+def test_fp8_mlp_at_initialisation_is_finite_with_its_zero_output_projection():
+    """At step 0 proj is all zeros (zero_init): its scale must not be 0, or e4m3(0 / 0) is NaN everywhere."""
+    torch.manual_seed(0)
+    mlp = tg.MLP(64, fp8=True).bfloat16()
+    assert not mlp.proj.weight.any()
+    x = tg.rms_norm(torch.randn(70, 64)).bfloat16()
+    inputs = [t.clone().requires_grad_() for t in (x, mlp.fc.weight, mlp.proj.weight)]
+    out = tg.ReluSquareMLP.apply(*inputs, True)
+    assert not out.any()
+    grads = torch.autograd.grad(out, inputs, torch.randn(70, 64).bfloat16())
+    assert all(g.isfinite().all() for g in grads) and grads[2].abs().sum() > 0
+
+
 def test_fp8_head_loss_matches_float_reference_on_cpu():
     """The FP8 head at its fixed scales (CPU _scaled_mm; the full-size check on a GPU is in test_gpu.py)."""
     torch.manual_seed(0)
