@@ -2124,6 +2124,7 @@ def precompile(args, device, shapes, val_shape, stages):
     model.graphs = None
     for stage in stages:
         if stage is None:
+            step_optimizers_once(model, args)  # first: the training process steps them at its first warm-up step
             source = ValSource(args.val_files, args.val_seq_tokens, args.val_seq_tokens, 0, 1, args.ngram_rows)
             (micro,) = PrefetchLoader(source, device).send(val_shape)
             state = validation_state(0, args)
@@ -2137,6 +2138,18 @@ def precompile(args, device, shapes, val_shape, stages):
             state = step_state(step, args)
             model.prepare(state)
             forward_backward(model, micro, state)
+
+
+def step_optimizers_once(model, args):
+    """One step of Adam and NorMuon on zero gradients, which compiles their arithmetic (compiled_on_gpu) into
+    the compile cache as the training process will call it: one graph per dtype and layout, whatever the sizes
+    (a rank's shares on several GPUs are smaller). The helper's weights move a little (NorMuon's decay), which
+    no compiled graph depends on; the optimizers' state (about 2 GB at the default size) is freed on return."""
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    adam, normuon, _ = make_optimizers(model, args, world_size=1)
+    adam.step()
+    normuon.step()
 
 
 def precompile_helper(*args):
@@ -2156,7 +2169,9 @@ class Precompiler:
     6.5 s of 56.9 s on its own). Every rank has its own helpers: the compiled graphs name their GPU, and rank 1
     missed rank 0's helpers' graphs. The warm-up of a later stage first waits for its helper, then loads what it
     compiled. A helper that fails costs nothing but its time: the warm-up compiles here, as without helpers.
-    Memory: a helper holds a model and one micro-batch's activations, no optimizer."""
+    Memory: a helper holds a model and one micro-batch's activations; validation's helper first steps the
+    optimizers once (step_optimizers_once), so that their compiled arithmetic is in the cache before the
+    training process's first step."""
 
     def __init__(self, args, device, shapes, val_shape, log):
         self.helpers, self.log = {}, log
