@@ -794,7 +794,9 @@ class NorMuon(torch.optim.Optimizer):
             buf = state["momentum_buffer"]
             buf.lerp_(grad, 1 - group["momentum"])
             update = orthogonalize(grad.lerp_(buf, group["momentum"]))  # Nesterov momentum
-            update = normalize_neurons(update, state["second_moment"]).bfloat16()
+            update = normalize_neurons(update, state["second_moment"])
+            # contiguous for the all-gather (NCCL refuses anything else): a tall matrix's comes transposed
+            update = update.to(torch.bfloat16, memory_format=torch.contiguous_format)
             if self.world_size > 1:
                 full = update.new_empty(self.world_size * update.size(0), *update.shape[1:])
                 gathers.append((group, matrices, full, dist.all_gather_into_tensor(full, update, async_op=True)))

@@ -253,10 +253,25 @@ def run_muon(rank, world_size, num_shares):
     return [p.detach() for p in params]
 
 
+def contiguous_only(collective):
+    """collective, refusing non-contiguous tensors as NCCL does (ValueError); gloo copies them, so a
+    transposed update (a tall matrix's, from orthogonalize) passed here and failed on 2 H100s."""
+    @functools.wraps(collective)
+    def checked(*args, **kwargs):
+        for t in (*args, *kwargs.values()):
+            if isinstance(t, torch.Tensor) and not t.is_contiguous():
+                raise ValueError(f"{collective.__name__}: tensors must be contiguous")
+        return collective(*args, **kwargs)
+    return checked
+
+
 def gloo_worker(rank, world_size, port, out_dir, runs):
     """Rank `rank` of a gloo group: for each function `run` of `runs`, one after another, saves
-    run(rank, world_size, world_size) to out_dir/<its name>_rank<rank>.pt."""
+    run(rank, world_size, world_size) to out_dir/<its name>_rank<rank>.pt. Collectives refuse non-contiguous
+    tensors, as NCCL does."""
     torch.set_num_threads(1)
+    for name in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "all_reduce", "broadcast"):
+        setattr(dist, name, contiguous_only(getattr(dist, name)))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
