@@ -2115,9 +2115,9 @@ def precompile(args, device, shapes, val_shape, stages):
     """The work of a helper process at a cold start (see Precompiler): compile the regions at the batch shapes
     of `stages` (indices of TRAINING_STAGES; None: the validation shape) into the compile cache that the
     training process reads, by running the forward and backward pass of one micro-batch at each of the stage's
-    warm-up steps, at that step's batch shape and in the training process's state there. No optimizer and no
-    CUDA graphs: they compile nothing. The cache directories come with the environment, set before the
-    process was started."""
+    warm-up steps, at that step's batch shape and in the training process's state there; validation's helper
+    first steps Adam once, whose update is compiled. No CUDA graphs: they compile nothing. The cache
+    directories come with the environment, set before the process was started."""
     if device.type == "cuda":
         torch.cuda.set_device(device)
     args = dataclasses.replace(args, ngram_rows=NGRAM_SIGN_ROWS)  # the table enters no compiled region: a small
@@ -2126,7 +2126,7 @@ def precompile(args, device, shapes, val_shape, stages):
     model.graphs = None
     for stage in stages:
         if stage is None:
-            step_optimizers_once(model, args)  # first: the training process steps them at its first warm-up step
+            step_adam_once(model, args)  # first: the training process steps Adam at its first odd warm-up step
             source = ValSource(args.val_files, args.val_seq_tokens, args.val_seq_tokens, 0, 1, args.ngram_rows)
             (micro,) = PrefetchLoader(source, device).send(val_shape)
             state = validation_state(0, args)
@@ -2142,16 +2142,14 @@ def precompile(args, device, shapes, val_shape, stages):
             forward_backward(model, micro, state)
 
 
-def step_optimizers_once(model, args):
-    """One step of Adam and NorMuon on zero gradients, which compiles their arithmetic (compiled_on_gpu) into
-    the compile cache as the training process will call it: one graph per dtype and layout, whatever the sizes
-    (a rank's shares on several GPUs are smaller). The helper's weights move a little (NorMuon's decay), which
-    no compiled graph depends on; the optimizers' state (about 2 GB at the default size) is freed on return."""
+def step_adam_once(model, args):
+    """One step of Adam on zero gradients, which compiles its update (adam_update) into the compile cache as
+    the training process will call it: one graph per dtype, whatever the sizes (a rank's shares on several GPUs
+    are smaller). Zero gradients from zero moments leave the weights as they are; Adam's state (about 1 GB at
+    the default size) is freed on return."""
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
-    adam, normuon, _ = make_optimizers(model, args, world_size=1)
-    adam.step()
-    normuon.step()
+    make_optimizers(model, args, world_size=1).adam.step()
 
 
 def precompile_helper(*args):
@@ -2171,9 +2169,9 @@ class Precompiler:
     6.5 s of 56.9 s on its own). Every rank has its own helpers: the compiled graphs name their GPU, and rank 1
     missed rank 0's helpers' graphs. The warm-up of a later stage first waits for its helper, then loads what it
     compiled. A helper that fails costs nothing but its time: the warm-up compiles here, as without helpers.
-    Memory: a helper holds a model and one micro-batch's activations; validation's helper first steps the
-    optimizers once (step_optimizers_once), so that their compiled arithmetic is in the cache before the
-    training process's first step."""
+    Memory: a helper holds a model and one micro-batch's activations; validation's helper first steps Adam
+    once (step_adam_once), so that its compiled update is in the cache before the training process's first
+    odd step."""
 
     def __init__(self, args, device, shapes, val_shape, log):
         self.helpers, self.log = {}, log

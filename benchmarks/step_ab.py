@@ -150,5 +150,6 @@ def table(results, steps, device):
                          "run's step times; do not compare them")
     return lines
 
+
 if __name__ == "__main__":
     main()

@@ -353,8 +353,8 @@ def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(warm_up_run
     tg.precompile(args, torch.device("cpu"), shapes, val_shape, [1, 2, 3, 4, None])
     assert len(calls) == 4 * 2 + 1  # one micro-batch per warm-up step, one validation batch
     assert set(calls) == set(warm_up)
-    # validation's helper also stepped the optimizers once, Adam on every one of its parameters (the embedding
-    # joins only when untied), so that their compiled arithmetic is in the cache for the training process
+    # validation's helper also stepped Adam once, on every one of its parameters (the embedding joins only when
+    # untied), so that its compiled update is in the cache for the training process
     model = tg.build_model(args, torch.device("cpu"), 1)
     adams = [p for n, p in model.named_parameters() if tg.param_config(n).optimizer == "adam" and n != "embed.weight"]
     assert sorted(map(str, updates)) == sorted(str(p.dtype) for p in adams)
