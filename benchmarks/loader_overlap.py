@@ -1,6 +1,8 @@
-"""How much of the training step waits for data? One GPU, record shapes, real training steps.
+"""How much of the training step waits for data? One GPU, or every rank under torchrun; record shapes, real
+training steps.
 
     python benchmarks/loader_overlap.py --train_files 'data/proxy/proxy_train_*.bin' [--stage I] [any train_gpt flag]
+    torchrun --nproc_per_node 2 benchmarks/loader_overlap.py --batch_tokens 98304 [...]   # 8 GPUs' per-rank shapes
 
 Measures at one stage of TRAINING_STAGES, by default the last (the record's micro-batch shape and its whole
 batch, accumulated), with its batch shape and windows, at the stage's first two steps in turn: Adam steps on
@@ -13,10 +15,11 @@ steps three ways and prints a table of step times:
 Steps are queued as train_gpt's loop queues them: each step's loss goes to pinned memory behind its kernels
 and is read once the next step is queued, so the host never waits for the GPU between steps; a step's time
 runs from one loss read to the next. Exposed data time = step - resident step. The 8-GPU per-rank shape,
-one micro-batch per step: --batch_tokens 49152 (and --stage 0, 1 for the 16K and 32K micro-batches).
-It also writes a torch.profiler trace of
-prefetched steps (traces/prefetch.json, loadable in Perfetto) and counts the host-to-device copies
-that ran while a compute kernel was running on another stream.
+one micro-batch per step: --batch_tokens 49152 on one GPU, 98304 on two (and --stage 0, 1 for the 16K and
+32K micro-batches). Each rank also writes a torch.profiler trace of prefetched steps
+(traces/prefetch_rank<r>.json, loadable in Perfetto) and counts the host-to-device copies that ran while a
+compute kernel was running on another stream. With several ranks, rank 0 prints its own figures and the
+largest exposed data time over the ranks.
 """
 import argparse
 import json
@@ -26,6 +29,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -91,10 +95,10 @@ def pair_step_time(reads, warmup):
     return statistics.median(steps[i] + steps[i + 1] for i in range(0, len(steps) - 1, 2)) / 2
 
 
-def time_steps(model, loader, shape, step_numbers, args, steps, warmup=3):
+def time_steps(model, loader, shape, step_numbers, args, steps, world_size, warmup=3):
     """The step time (s): `warmup` untimed steps, then `steps` timed ones (even: as many Adam steps as not)."""
-    optimizers = tg.make_optimizers(model, args, 1)
-    reads, _ = run_steps(model, loader, shape, step_numbers, args, warmup + steps + 1, optimizers)
+    optimizers = tg.make_optimizers(model, args, world_size)
+    reads, _ = run_steps(model, loader, shape, step_numbers, args, warmup + steps + 1, optimizers, world_size)
     return pair_step_time(reads, warmup)
 
 
@@ -116,33 +120,52 @@ def main():
                         choices=range(len(tg.TRAINING_STAGES)), help="the stage to measure (default: the last)")
     own, flags = parser.parse_known_args()
     args = tg.parse_args(flags)
-    device = torch.device("cuda")
-    shape = tg.train_shape(args, 1, tg.TRAINING_STAGES[own.stage])
+    rank, world_size, device = tg.init_process()
+    shape = tg.train_shape(args, world_size, tg.TRAINING_STAGES[own.stage])
     step_numbers = stage_steps(args, own.stage)
-    model = tg.build_model(args, device, 1)
-    prefetch = tg.PrefetchLoader(tg.train_source(args, 0, 1, pin_memory=True), device)
+    model = tg.build_model(args, device, world_size)
+    prefetch = tg.PrefetchLoader(tg.train_source(args, rank, world_size, pin_memory=True), device)
     loaders = {"resident": ResidentLoader(prefetch.send(shape)), "prefetch": prefetch,
-               "synchronous": SynchronousLoader(tg.train_source(args, 0, 1, pin_memory=True), device)}
+               "synchronous": SynchronousLoader(tg.train_source(args, rank, world_size, pin_memory=True), device)}
     steps = 12  # even: as many of each of the two step numbers
-    results = {name: time_steps(model, loader, shape, step_numbers, args, steps) for name, loader in loaders.items()}
-    results["prefetch (again)"] = time_steps(model, prefetch, shape, step_numbers, args, steps)  # run-to-run spread
+    results = {name: time_steps(model, loader, shape, step_numbers, args, steps, world_size)
+               for name, loader in loaders.items()}
+    results["prefetch (again)"] = time_steps(model, prefetch, shape, step_numbers, args, steps,
+                                             world_size)  # run-to-run spread
 
-    Path("traces").mkdir(exist_ok=True)
-    optimizers = tg.make_optimizers(model, args, 1)
+    trace = Path("traces", f"prefetch_rank{rank}.json")
+    trace.parent.mkdir(exist_ok=True)
+    optimizers = tg.make_optimizers(model, args, world_size)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        run_steps(model, prefetch, shape, step_numbers, args, 4, optimizers)
-    prof.export_chrome_trace("traces/prefetch.json")
-    overlapping, copies = copies_overlapping_kernels("traces/prefetch.json")
+        run_steps(model, prefetch, shape, step_numbers, args, 4, optimizers, world_size)
+    prof.export_chrome_trace(str(trace))
+    ranks = [(results, copies_overlapping_kernels(trace))]
+    if world_size > 1:
+        ranks = [None] * world_size
+        dist.all_gather_object(ranks, (results, copies_overlapping_kernels(trace)))
+        dist.destroy_process_group()
+    if rank == 0:
+        print(table(ranks, torch.cuda.get_device_name(), shape, step_numbers, args, steps, own.stage))
 
-    base = results["resident"]
-    print(f"\n{torch.cuda.get_device_name()}, stage {own.stage} (steps {step_numbers}, windows "
-          f"{tg.attention_windows(step_numbers[0], args)}), {shape.accum_steps} x {shape.tokens} tokens per step, "
-          f"{steps} steps after 3 warm-up steps, losses read one step late: the median over pairs of steps")
-    print(f"{'loader':<18}{'step ms':>16}{'exposed data ms':>17}{'share of step':>15}")
+
+def table(ranks, device, shape, step_numbers, args, steps, stage):
+    """Rank 0's step times per loader, its exposed data time and, with several ranks, the largest over them;
+    then each rank's copies that overlapped a kernel. ranks: (step times by loader, (overlapping, copies)) for
+    each rank."""
+    results = ranks[0][0]
+    lines = [f"\n{len(ranks)} x {device}, stage {stage} (steps {step_numbers}, windows "
+             f"{tg.attention_windows(step_numbers[0], args)}), {shape.accum_steps} x {shape.tokens} tokens per step "
+             f"and rank, {steps} steps after 3 warm-up steps, losses read one step late: the median over pairs of "
+             f"steps (rank 0; the exposed time's largest over the ranks)",
+             f"{'loader':<18}{'step ms':>16}{'exposed data ms':>17}{'share of step':>15}{'largest exposed ms':>20}"]
     for name, step in results.items():
-        print(f"{name:<18}{1000 * step:>16.1f}{1000 * (step - base):>17.2f}{(step - base) / step:>15.2%}")
-    print(f"host-to-device copies overlapping a compute kernel on another stream: {overlapping} of {copies} "
-          f"(trace: traces/prefetch.json)")
+        exposed = [1000 * (r[name] - r["resident"]) for r, _ in ranks]
+        lines.append(f"{name:<18}{1000 * step:>16.1f}{exposed[0]:>17.2f}{exposed[0] / 1000 / step:>15.2%}"
+                     f"{max(exposed):>20.2f}")
+    counts = ", ".join(f"rank {r}: {n} of {total}" for r, (_, (n, total)) in enumerate(ranks))
+    lines.append(f"host-to-device copies overlapping a compute kernel on another stream: {counts} "
+                 f"(traces: traces/prefetch_rank<r>.json)")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

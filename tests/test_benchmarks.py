@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+import train_gpt as tg
 from benchmarks import loader_overlap, proxy_record, step_ab, step_profile  # conftest puts the repo root on sys.path
 
 
@@ -82,6 +83,20 @@ def test_loader_overlap_step_time_is_the_median_pair_of_steps_between_loss_reads
     durations = [9, 9, 9, 1, 3, 1, 3, 1, 30, 1, 3]
     reads = [sum(durations[:k]) for k in range(len(durations) + 1)]
     assert loader_overlap.pair_step_time(reads, warmup=3) == 2
+
+
+def test_loader_overlap_table_gives_rank_0s_times_and_the_largest_exposed_time_over_the_ranks():
+    """Two ranks: rank 0's step times and exposed data time (step - resident), the largest exposed time over
+    both (rank 1's here), and each rank's overlapping copies."""
+    args = tg.parse_args(["--smoke"])
+    shape = tg.train_shape(args, 2, tg.TRAINING_STAGES[0])
+    ranks = [({"resident": 0.100, "prefetch": 0.101}, (7, 8)), ({"resident": 0.100, "prefetch": 0.104}, (8, 8))]
+    lines = loader_overlap.table(ranks, "H100", shape, [0, 1], args, 12, 0).splitlines()
+    assert lines[1].startswith("2 x H100, stage 0")
+    prefetch = lines[4].split()
+    assert prefetch[0] == "prefetch" and [float(x) for x in prefetch[1:3]] == [101.0, 1.0]
+    assert prefetch[3] == "0.99%" and float(prefetch[4]) == pytest.approx(4.0)
+    assert lines[5].endswith("rank 0: 7 of 8, rank 1: 8 of 8 (traces: traces/prefetch_rank<r>.json)")
 
 
 def test_loader_overlap_counts_host_to_device_copies_that_overlap_a_kernel_on_another_stream(tmp_path):
