@@ -741,7 +741,8 @@ class NorMuon(torch.optim.Optimizer):
     part's gradients are reduce-scattered (summed) so that each rank holds a contiguous share of its
     matrices; the rank keeps the momentum and second moments of its share and computes its updates, which
     are all-gathered. One part's communication overlaps the next part's arithmetic, and the first parts'
-    reductions overlap the end of the backward pass (start_reductions).
+    reductions overlap the end of the backward pass (start_reductions). On a GPU a part's arithmetic, and
+    its application to the matrices, are each replayed as a CUDA graph (OptimizerGraphs).
 
     Group keys: lr (the scheduled base rate, set every step), momentum (likewise), lr_mul, wd (matrix_wd
     times wd_mul)."""
@@ -754,64 +755,121 @@ class NorMuon(torch.optim.Optimizer):
             groups.setdefault(key, dict(params=[], lr_mul=config.lr_mul, wd=wd * config.wd_mul))["params"].append(p)
         super().__init__(list(groups.values()), dict(lr=lr, momentum=0.95))
         self.world_size = world_size
-        self.parts = []  # (group, its matrices in the part) in the order step() works on them
-        for group in self.param_groups:
+        self.parts = []  # (its group's index, its matrices) in the order step() works on them
+        for g, group in enumerate(self.param_groups):
             matrices = group["params"][::-1]
             per_rank = -(-len(matrices) // (REDUCTION_PARTS * world_size))  # a rank's matrices in a part
             size = len(matrices) if world_size == 1 else per_rank * world_size  # one rank: one part
-            self.parts += [(group, matrices[i : i + size]) for i in range(0, len(matrices), size)]
-        self.reduced = {}  # while gradients are being summed: {part's index: (this rank's share, its work)}
+            self.parts += [(g, matrices[i : i + size]) for i in range(0, len(matrices), size)]
+        self.reduced = {}  # while gradients are being summed: {part's index: its work}
+        # Where the captured arithmetic reads: each part's (share of the) summed gradients, its all-gathered
+        # updates, and the scheduled values of each group, [momentum, lr, decay], filled before each step.
+        first = self.param_groups[0]["params"][0]
+        self.shares = [ms[0].new_empty(-(-len(ms) // world_size), *ms[0].shape) for _, ms in self.parts]
+        self.gathered = [share.new_empty(world_size * len(share), *share.shape[1:], dtype=torch.bfloat16)
+                         for share in self.shares] if world_size > 1 else None
+        self.scheduled = first.new_zeros(len(self.param_groups), 3, dtype=torch.float32)
+        self.graphs = OptimizerGraphs(first.is_cuda)
+
+    def reset(self):
+        """As new: the momenta and second moments zeroed in place (as they start), so the graphs stay valid."""
+        for state in self.state.values():
+            for moment in state.values():
+                moment.zero_()
 
     def reductions(self):
         """This step's gradient reductions: (the parameters each waits for, a function that starts it)."""
         return [(matrices, functools.partial(self.reduce, i)) for i, (_, matrices) in enumerate(self.parts)]
 
     def reduce(self, i):
-        matrices, W = self.parts[i][1], self.world_size
-        share = -(-len(matrices) // W)
-        grads = torch.stack([p.grad for p in matrices] + [torch.zeros_like(matrices[0])] * (share * W - len(matrices)))
+        matrices, share, W = self.parts[i][1], self.shares[i], self.world_size
         if W == 1:
-            self.reduced[i] = (grads, None)
+            torch.stack([p.grad for p in matrices], out=share)
+            self.reduced[i] = None
             return
-        mine = grads.new_empty(share, *grads.shape[1:])
-        self.reduced[i] = (mine, dist.reduce_scatter_tensor(mine, grads, async_op=True))
+        padding = [torch.zeros_like(matrices[0])] * (W * len(share) - len(matrices))
+        grads = torch.stack([p.grad for p in matrices] + padding)
+        self.reduced[i] = dist.reduce_scatter_tensor(share, grads, async_op=True)
 
     @torch.no_grad()
     def step(self):
         if not self.reduced:
             start_reductions([self])
-        gathers = []
-        for i, (group, matrices) in enumerate(self.parts):
-            grad, work = self.reduced.pop(i)
-            if work is not None:
-                work.wait()
-            state = self.state[matrices[0]]
-            if not state:
-                rows, cols = grad.shape[-2:]
-                neurons = (*grad.shape[:-1], 1) if rows >= cols else (*grad.shape[:-2], 1, cols)
-                state["momentum_buffer"] = torch.zeros_like(grad)
-                state["second_moment"] = grad.new_zeros(neurons, dtype=torch.float32)
-            buf = state["momentum_buffer"]
-            buf.lerp_(grad, 1 - group["momentum"])
-            update = orthogonalize(grad.lerp_(buf, group["momentum"]))  # Nesterov momentum
-            update = normalize_neurons(update, state["second_moment"])
-            # contiguous for the all-gather (NCCL refuses anything else): a tall matrix's comes transposed
-            update = update.to(torch.bfloat16, memory_format=torch.contiguous_format)
-            if self.world_size > 1:
-                full = update.new_empty(self.world_size * update.size(0), *update.shape[1:])
-                gathers.append((group, matrices, full, dist.all_gather_into_tensor(full, update, async_op=True)))
-            else:
-                gathers.append((group, matrices, update, None))
-        for group, matrices, updates, work in gathers:
-            if work is not None:
-                work.wait()
-            rows, cols = matrices[0].shape[-2:]
+        values = []
+        for group in self.param_groups:
+            rows, cols = group["params"][0].shape[-2:]
             lr = group["lr"] * group["lr_mul"] * max(1, rows / cols) ** 0.5
-            decay = lr * group["wd"] * group["lr"]
-            # the part at once, not six launches per matrix: the first stages look host-bound
-            weights, updates = torch.stack(matrices), updates[: len(matrices)]
-            weights.mul_(1 - decay * (updates * weights >= 0)).add_(updates, alpha=-lr)
-            torch._foreach_copy_(matrices, weights.unbind(0))
+            values.append([group["momentum"], lr, lr * group["wd"] * group["lr"]])
+        values = torch.tensor(values, dtype=torch.float32)
+        # pinned, the copy does not wait for the host; the host allocator keeps the buffer until it is done
+        self.scheduled.copy_(values.pin_memory() if self.scheduled.is_cuda else values, non_blocking=True)
+        updates = []
+        for i in range(len(self.parts)):
+            work = self.reduced.pop(i)
+            if work is not None:
+                work.wait()
+            update = self.graphs(("update", i), self.part_update, i)
+            if self.world_size > 1:
+                updates.append((self.gathered[i], dist.all_gather_into_tensor(self.gathered[i], update, async_op=True)))
+            else:
+                updates.append((update, None))
+        for i, (update, work) in enumerate(updates):
+            if work is not None:
+                work.wait()
+            self.graphs(("apply", i), self.apply_update, i, update)
+
+    def part_update(self, i):
+        """Part i's updates, in bf16, from its summed gradients (self.shares[i], overwritten)."""
+        g, matrices = self.parts[i]
+        grad, state = self.shares[i], self.state[matrices[0]]
+        if not state:
+            rows, cols = grad.shape[-2:]
+            neurons = (*grad.shape[:-1], 1) if rows >= cols else (*grad.shape[:-2], 1, cols)
+            state["momentum_buffer"] = torch.zeros_like(grad)
+            state["second_moment"] = grad.new_zeros(neurons, dtype=torch.float32)
+        buf, momentum = state["momentum_buffer"], self.scheduled[g, 0]
+        buf.lerp_(grad, 1 - momentum)
+        update = orthogonalize(grad.lerp_(buf, momentum))  # Nesterov momentum
+        update = normalize_neurons(update, state["second_moment"])
+        # contiguous for the all-gather (NCCL refuses anything else): a tall matrix's comes transposed
+        return update.to(torch.bfloat16, memory_format=torch.contiguous_format)
+
+    def apply_update(self, i, updates):
+        """Part i's matrices, stepped by their updates (the first rows of `updates`), at once: one launch per
+        operation for the part, not per matrix."""
+        g, matrices = self.parts[i]
+        lr, decay = self.scheduled[g, 1], self.scheduled[g, 2]
+        weights, updates = torch.stack(matrices), updates[: len(matrices)]
+        weights.mul_(1 - decay * (updates * weights >= 0)).addcmul_(updates, lr, value=-1)
+        torch._foreach_copy_(matrices, weights.unbind(0))
+
+
+class OptimizerGraphs:
+    """An optimizer's arithmetic replayed as CUDA graphs, one per key: at the 8-GPU per-rank shapes the host
+    took longer to queue NorMuon's ~560 kernels a step (15.5 ms, profiled) than the GPU to run them (6.2 ms).
+    A key's first call runs as written (it creates the optimizer's state), its second is captured, and later
+    calls replay that capture and return the same output tensor. So the work must read and write tensors that
+    stay where they are (the parameters, the optimizer's state and buffers), take the scheduled values from
+    device tensors, not floats (a float would be baked into the graph), and be called with the same tensors
+    every time. On the CPU it always runs as written. Collectives stay outside, between the graphs."""
+
+    def __init__(self, cuda):
+        self.cuda, self.graphs, self.seen = cuda, {}, set()
+        self.pool = torch.cuda.graph_pool_handle() if cuda else None
+
+    def __call__(self, key, work, *args):
+        if not self.cuda or key not in self.seen:
+            self.seen.add(key)
+            return work(*args)
+        if key not in self.graphs:
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: the loader's worker thread goes on with its own CUDA calls during the capture
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                out = work(*args)
+            self.graphs[key] = graph, out
+        graph, out = self.graphs[key]
+        graph.replay()
+        return out
 
 
 def adam_update(weights, grad, exp_avg, exp_avg_sq, beta1, beta2, step_size, decay, eps):
@@ -2314,7 +2372,9 @@ def warm_up(run, precompiler, startup):
     model.load_state_dict(initial_state)
     model.zero_grad(set_to_none=False)  # Adam keeps its gradients over even steps: the warm-up may end on one
     model.ngram.table.zero_()  # no state_dict's: see NgramTable
-    run.optimizers = make_optimizers(model, args, run.world_size)
+    normuon = run.optimizers.normuon
+    normuon.reset()  # its CUDA graphs hold its state where it is: zeroed there, and the graphs kept
+    run.optimizers = make_optimizers(model, args, run.world_size)._replace(normuon=normuon)
     run.train_loader.restart(run.train_source.start)
     run.val_loader.restart(run.val_source.start)
 

@@ -186,6 +186,21 @@ def test_compiled_adam_update_equals_eager_and_compiles_once_per_dtype():
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 2  # bf16 and float32
 
 
+def test_normuon_replays_its_captured_steps_as_the_cpu_computes_them():
+    """On the GPU NorMuon runs a part's arithmetic as written at its first step, captures it at its second and
+    replays it from its third, reading the learning rate and momentum from a device tensor: three steps at three
+    (lr, momentum) pairs against the CPU's NorMuon, which captures nothing. A value baked into a graph at its
+    capture would show at the third step."""
+    from test_model import muon_parameters, run_normuon_scheduled
+    cpu = [p.requires_grad_() for p in muon_parameters()]
+    gpu = [p.cuda().requires_grad_() for p in muon_parameters()]
+    opt = run_normuon_scheduled(gpu)
+    run_normuon_scheduled(cpu)
+    assert len(opt.graphs.graphs) == 2 * len(opt.parts)  # each part's update and its application
+    for p, q, p0 in zip(gpu, cpu, muon_parameters()):
+        assert rel_error(p.detach().cpu() - p0, q.detach() - p0) < 2e-2  # bf16 Polar Express on both
+
+
 def test_compiled_model_equals_eager_model():
     """compile_regions changes no maths: a float32 copy of build_model's model, compiled, against the same
     weights uncompiled, loss and every gradient, in training and in validation. In float32 rounding cannot

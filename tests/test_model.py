@@ -317,31 +317,60 @@ def test_distributed_normuon_equals_single_process(world_size, gloo_runs):
             assert rel_error(p - p0, q - p0) < 2e-2  # the updates agree to bf16 rounding
 
 
+SCHEDULE = [(MUON_LR, MUON_MOMENTUM), (MUON_LR / 2, 0.95), (MUON_LR / 4, 0.8)]  # (lr, momentum) per step
+
+
+def run_normuon_scheduled(params):
+    """NorMuon over `params` for the steps of SCHEDULE, on the gradients of gradient_shares; the parameters after."""
+    opt = make_normuon(params, 1)
+    for step, (lr, momentum) in enumerate(SCHEDULE):
+        for group in opt.param_groups:
+            group["lr"], group["momentum"] = lr, momentum
+        for p, shares in zip(params, gradient_shares(step, 1)):
+            p.grad = sum(shares).to(p.device)
+        opt.step()
+    return opt
+
+
 def test_normuon_step_against_float64_formula():
-    """Two steps, by hand in float64: Nesterov momentum, Polar Express, per-neuron normalisation, the
-    learning rate scaled by sqrt(max(1, rows / cols)), cautious decay lr * wd * lr where X and p agree."""
+    """Three steps, each at its own learning rate and momentum (the schedule's values are read every step),
+    by hand in float64: Nesterov momentum, Polar Express, per-neuron normalisation, the learning rate scaled
+    by sqrt(max(1, rows / cols)), cautious decay lr * wd * lr where X and p agree."""
     params = [p.requires_grad_() for p in muon_parameters()]
     ref = [p.detach().double().clone() for p in params]
     momenta = [torch.zeros_like(p) for p in ref]
     moments = [None] * len(ref)
-    opt = make_normuon(params, 1)
-    for step in range(2):
+    run_normuon_scheduled(params)
+    for step, (base_lr, momentum) in enumerate(SCHEDULE):
         grads = [sum(shares) for shares in gradient_shares(step, 1)]
-        for p, g in zip(params, grads):
-            p.grad = g.clone()
-        opt.step()
         for i, (p, g) in enumerate(zip(ref, grads)):
             rows, cols = p.shape[-2:]
-            momenta[i] = MUON_MOMENTUM * momenta[i] + (1 - MUON_MOMENTUM) * g.double()
-            X = polar_express_float64((1 - MUON_MOMENTUM) * g.double() + MUON_MOMENTUM * momenta[i])
+            momenta[i] = momentum * momenta[i] + (1 - momentum) * g.double()
+            X = polar_express_float64((1 - momentum) * g.double() + momentum * momenta[i])
             q = X.square().mean(dim=-1 if rows >= cols else -2, keepdim=True)
             moments[i] = 0.1 * q if moments[i] is None else 0.9 * moments[i] + 0.1 * q
             Y = X / moments[i].sqrt()
             Y = Y * X.norm(dim=(-2, -1), keepdim=True) / Y.norm(dim=(-2, -1), keepdim=True)
-            lr = MUON_LR * max(1, rows / cols) ** 0.5
-            p -= lr * MUON_WD * MUON_LR * p * (Y * p >= 0) + lr * Y
+            lr = base_lr * max(1, rows / cols) ** 0.5
+            p -= lr * MUON_WD * base_lr * p * (Y * p >= 0) + lr * Y
     for p, q, p0 in zip(params, ref, muon_parameters()):
         assert rel_error(p.detach() - p0, q - p0.double()) < 0.08  # bf16 Polar Express, as above
+
+
+def test_normuon_reset_is_a_fresh_normuon():
+    """The warm-up keeps NorMuon, as its CUDA graphs hold its state where it is, and resets it: from the same
+    weights and gradients, its next step must equal a new optimizer's first."""
+    params = [p.requires_grad_() for p in muon_parameters()]
+    used = run_normuon_scheduled(params)
+    fresh_params = [p.detach().clone().requires_grad_() for p in params]
+    used.reset()
+    for opt, matrices in ((used, params), (make_normuon(fresh_params, 1), fresh_params)):
+        for group in opt.param_groups:
+            group["lr"], group["momentum"] = SCHEDULE[0]
+        for p, shares in zip(matrices, gradient_shares(0, 1)):
+            p.grad = sum(shares)
+        opt.step()
+    assert all(torch.equal(p, q) for p, q in zip(params, fresh_params))
 
 
 ADAM_SHAPES = [(50, 3), (7,), (2,), (4, 4)]  # sizes 150, 7, 2, 16: not all multiples of 2 or 4, one smaller than 4
@@ -398,7 +427,7 @@ def run_reductions(rank, world_size, num_shares):
     tg.start_reductions([normuon, adam], events)
     names, received = {p: n for n, p in model.named_parameters()}, {}
     for i, (_, matrices) in enumerate(normuon.parts):
-        grads, work = normuon.reduced.pop(i)
+        work, grads = normuon.reduced.pop(i), normuon.shares[i]
         if work is not None:
             work.wait()
         mine = matrices[rank * len(grads):][: len(grads)]  # the padding's zeros are nobody's
