@@ -728,6 +728,7 @@ def param_config(name):
 
 
 REDUCTION_PARTS = 2  # with several ranks NorMuon reduces each group's gradients in this many parts
+ADAM_SHARD_MIN = 2**16  # with several ranks Adam shards the parameters of at least this many elements
 
 
 class NorMuon(torch.optim.Optimizer):
@@ -889,10 +890,11 @@ class Adam(torch.optim.Optimizer):
     """Adam with cautious weight decay: p <- p - u - lr^2 * wd * p, the decay only where u and p have the
     same sign, lr being the group's effective rate (scheduled base rate times lr_mul).
 
-    With several ranks each parameter is sharded: its gradient is reduce-scattered (summed) so that each
-    rank holds a contiguous slice of its elements, the rank keeps the moments of that slice and updates
-    it, and the updated slices are all-gathered. Each rank does a world_size-th of the arithmetic and
-    keeps a world_size-th of the state.
+    With several ranks each large parameter (ADAM_SHARD_MIN elements or more: the embeddings and the head)
+    is sharded: its gradient is reduce-scattered (summed) so that each rank holds a contiguous slice of its
+    elements, the rank keeps the moments of that slice and updates it, and the updated slices are
+    all-gathered. The small ones (36 of the model's 42, 50K elements in all) are summed in one all-reduce
+    and each rank updates them whole: two collectives each cost the host more than their arithmetic.
 
     Group keys: lr (the scheduled base rate, set every step), lr_mul, wd (adam_wd times wd_mul), betas.
     A group's step count is the group's: a parameter that joins late (the embedding when it is untied
@@ -911,21 +913,42 @@ class Adam(torch.optim.Optimizer):
             group["params"].append(p)
         super().__init__(list(groups.values()), dict(lr=lr, eps=eps))
         self.world_size, self.rank = world_size, dist.get_rank() if world_size > 1 else 0
-        self.reduced = {}  # while gradients are being summed: {parameter: (this rank's share, its work)}
+        self.reduced = {}  # while gradients are being summed: {parameter: (its summed gradient or share, work)}
+        # the small parameters' gradients, summed in place in one buffer: {parameter: its view of the buffer}
+        small = [p for g in self.param_groups for p in g["params"] if not self.sharded(p)] if world_size > 1 else []
+        assert self.late is None or self.sharded(self.late) or world_size == 1  # it cannot join the buffer late
+        self.small_grads = torch.zeros(sum(p.numel() for p in small), device=small[0].device) if small else None
+        self.small = dict(zip(small, self.small_grads.split([p.numel() for p in small]))) if small else {}
         # one graph per parameter dtype, of any size; the step size and decay are inputs, not constants
         cuda = any(p.is_cuda for group in self.param_groups for p in group["params"])
         self.update = torch.compile(adam_update, dynamic=True, fullgraph=True) if cuda else adam_update
 
+    def sharded(self, p):
+        return self.world_size > 1 and p.numel() >= ADAM_SHARD_MIN
+
     def slice(self, p):
         """The elements [start, end) of p, flattened, that this rank updates, and the (padded) share size."""
+        if not self.sharded(p):
+            return 0, p.numel(), p.numel()
         chunk = -(-p.numel() // self.world_size)
-        start = min(self.rank * chunk, p.numel())
+        start = self.rank * chunk  # never past the end: ADAM_SHARD_MIN is far above any world size
         return start, min(start + chunk, p.numel()), chunk
 
     def reductions(self):
         """This step's gradient reductions: (the parameters each waits for, a function that starts it)."""
-        return [([p], functools.partial(self.reduce, p)) for group in self.param_groups for p in group["params"]
-                if p.grad is not None]
+        with_grads = [p for group in self.param_groups for p in group["params"] if p.grad is not None]
+        small = [p for p in with_grads if p in self.small]
+        return ([([p], functools.partial(self.reduce, p)) for p in with_grads if p not in self.small]
+                + ([(small, functools.partial(self.reduce_small, small))] if small else []))
+
+    def reduce_small(self, params):
+        """The small parameters' gradients summed in one all-reduce. A parameter with no gradient yet (on any
+        rank: they run the same model) keeps the zeros the buffer started with, and Adam's step on zeros from
+        zero moments leaves it unchanged."""
+        torch._foreach_copy_([self.small[p] for p in params], [p.grad.view(-1) for p in params])
+        work = dist.all_reduce(self.small_grads, async_op=True)
+        for i, (p, view) in enumerate(self.small.items()):  # step() meets them in this order: waits at the first
+            self.reduced[p] = (view, work if i == 0 else None)
 
     def reduce(self, p):
         if self.world_size == 1:
@@ -959,10 +982,9 @@ class Adam(torch.optim.Optimizer):
                 if not state:
                     state.update(exp_avg=torch.zeros_like(grad, dtype=torch.float32),
                                  exp_avg_sq=torch.zeros_like(grad, dtype=torch.float32))
-                if end > start:  # a rank's slice of a small parameter can be empty
-                    self.update(mine, grad, state["exp_avg"], state["exp_avg_sq"], beta1, beta2, step_size, decay,
-                                group["eps"])
-                if self.world_size > 1:
+                self.update(mine, grad, state["exp_avg"], state["exp_avg_sq"], beta1, beta2, step_size, decay,
+                            group["eps"])
+                if self.sharded(p):
                     full = p.new_empty(chunk * self.world_size)
                     padded = F.pad(mine, (0, chunk - (end - start)))
                     gathers.append((p, full, dist.all_gather_into_tensor(full, padded, async_op=True)))

@@ -373,12 +373,14 @@ def test_normuon_reset_is_a_fresh_normuon():
     assert all(torch.equal(p, q) for p, q in zip(params, fresh_params))
 
 
-ADAM_SHAPES = [(50, 3), (7,), (2,), (4, 4)]  # sizes 150, 7, 2, 16: not all multiples of 2 or 4, one smaller than 4
+# sizes 66045 (sharded: ADAM_SHARD_MIN or more, and no multiple of 2 or 4), 7, 2 and 16 (summed whole)
+ADAM_SHAPES = [(259, 255), (7,), (2,), (4, 4)]
 
 
 def run_adam(rank, world_size, num_shares):
     """Four steps of sharded Adam (rank `rank` of world_size) on ADAM_SHAPES, the untie hand-over after the
-    second; one process takes the sum of all shares."""
+    second, one small parameter without a gradient in the first (the ranks sum zeros for it, one process
+    skips it); one process takes the sum of all shares."""
     g = torch.Generator().manual_seed(5)
     params = [torch.randn(shape, generator=g).requires_grad_() for shape in ADAM_SHAPES]
     untied = torch.zeros(ADAM_SHAPES[0]).requires_grad_()
@@ -390,7 +392,7 @@ def run_adam(rank, world_size, num_shares):
         if step == 2:
             adam.untie(params[0])
         grads = torch.Generator().manual_seed(200 + step)
-        for p in params + ([untied] if step >= 2 else []):
+        for p in params[: 3 if step == 0 else 4] + ([untied] if step >= 2 else []):  # scalar_c: no gradient at first
             shares = [torch.randn(p.shape, generator=grads) for _ in range(num_shares)]
             p.grad = shares[rank] if world_size > 1 else sum(shares)
         adam.step()
@@ -400,9 +402,9 @@ def run_adam(rank, world_size, num_shares):
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_sharded_adam_equals_single_process(world_size, gloo_runs):
-    """Each rank updates a slice of every parameter (padded: 7 and 150 elements are no multiples of 4, and
-    2 leaves ranks without a slice) and the slices are gathered: every rank must end with the parameters
-    one process computes from the summed gradients, the untied copy included."""
+    """Each rank updates a slice of the large parameter (padded: 66045 elements are no multiple of 2 or 4) and
+    the slices are gathered, and every rank updates the small ones whole from one all-reduce: every rank must
+    end with the parameters one process computes from the summed gradients, the untied copy included."""
     single = run_adam(0, 1, world_size)
     for params in gloo_runs(run_adam, world_size):
         assert len(params) == len(single)
@@ -442,9 +444,10 @@ def run_reductions(rank, world_size, num_shares):
 
 def test_reductions_started_in_the_backward_pass_sum_each_ranks_share_as_one_process_does(gloo_runs):
     """Two ranks, each with one of a step's two micro-batches, their reductions started by start_reductions
-    (NorMuon's groups in two parts each, Adam's parameters one by one): every rank must receive, for its
-    matrices and slices, the gradients one process accumulates over both micro-batches, and between them the
-    ranks must cover every parameter."""
+    (NorMuon's groups in two parts each, Adam's large parameters one by one, its small ones in one all-reduce):
+    every rank must receive, for its matrices and slices, the gradients one process accumulates over both
+    micro-batches; between them the ranks must cover every large parameter, and each must hold every small one
+    whole."""
     single = run_reductions(0, 1, 2)
     matrices, slices = set(), {name: [] for name, g in single.items() if isinstance(g, tuple)}
     for received in gloo_runs(run_reductions, 2):
@@ -456,12 +459,15 @@ def test_reductions_started_in_the_backward_pass_sum_each_ranks_share_as_one_pro
             else:
                 expected = single[name]
                 matrices.add(name)
-            if not len(grad):  # a scalar's slice on the rank after the one holding it
-                continue
             assert expected.abs().max() > 0, name
             assert rel_error(grad, expected) < 1e-4, name  # float32 sums in another order (a scalar: 1.7e-5)
     assert matrices == set(single) - set(slices)
-    for name, bounds in slices.items():  # the ranks' slices tile the parameter
+    sizes = [len(g[1]) for g in single.values() if isinstance(g, tuple)]
+    assert min(sizes) < tg.ADAM_SHARD_MIN <= max(sizes)  # both kinds
+    for name, bounds in slices.items():  # the ranks' slices tile a large parameter
+        if len(single[name][1]) < tg.ADAM_SHARD_MIN:
+            assert bounds == [(0, len(single[name][1]))] * 2, name
+            continue
         ends = [0] + [end for _, end in sorted(bounds)]
         assert [start for start, _ in sorted(bounds)] == ends[:-1] and ends[-1] == len(single[name][1]), name
 
