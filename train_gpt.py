@@ -847,12 +847,14 @@ class NorMuon(torch.optim.Optimizer):
 
 class OptimizerGraphs:
     """An optimizer's arithmetic replayed as CUDA graphs, one per key: at the 8-GPU per-rank shapes the host
-    took longer to queue NorMuon's ~560 kernels a step (15.5 ms, profiled) than the GPU to run them (6.2 ms).
-    A key's first call runs as written (it creates the optimizer's state), its second is captured, and later
-    calls replay that capture and return the same output tensor. So the work must read and write tensors that
-    stay where they are (the parameters, the optimizer's state and buffers), take the scheduled values from
-    device tensors, not floats (a float would be baked into the graph), and be called with the same tensors
-    every time. On the CPU it always runs as written. Collectives stay outside, between the graphs."""
+    took longer to queue the optimizers' kernels than the GPU to run them (profiled on 2 H100s, stage 0:
+    NorMuon 15.5 ms of host time a step for 6.2 ms of GPU work, Adam 22-26 ms on its steps). A key's first
+    call runs as written (it creates the optimizer's state), its second is captured, and later calls replay
+    that capture and return the same output tensor. So the work must read and write tensors that stay where
+    they are (the parameters, their gradients, the optimizer's state and buffers), take the scheduled values
+    from device tensors, not floats (a float would be baked into the graph), and be called with the same
+    tensors every time, or under another key. On the CPU it always runs as written. Collectives stay
+    outside, between the graphs."""
 
     def __init__(self, cuda):
         self.cuda, self.graphs, self.seen = cuda, {}, set()
@@ -894,7 +896,8 @@ class Adam(torch.optim.Optimizer):
     is sharded: its gradient is reduce-scattered (summed) so that each rank holds a contiguous slice of its
     elements, the rank keeps the moments of that slice and updates it, and the updated slices are
     all-gathered. The small ones (36 of the model's 42, 50K elements in all) are summed in one all-reduce
-    and each rank updates them whole: two collectives each cost the host more than their arithmetic.
+    and each rank updates them whole: two collectives each cost the host more than their arithmetic. On a
+    GPU a group's step is replayed as a CUDA graph (OptimizerGraphs), the collectives between the graphs.
 
     Group keys: lr (the scheduled base rate, set every step), lr_mul, wd (adam_wd times wd_mul), betas.
     A group's step count is the group's: a parameter that joins late (the embedding when it is untied
@@ -919,9 +922,31 @@ class Adam(torch.optim.Optimizer):
         assert self.late is None or self.sharded(self.late) or world_size == 1  # it cannot join the buffer late
         self.small_grads = torch.zeros(sum(p.numel() for p in small), device=small[0].device) if small else None
         self.small = dict(zip(small, self.small_grads.split([p.numel() for p in small]))) if small else {}
-        # one graph per parameter dtype, of any size; the step size and decay are inputs, not constants
-        cuda = any(p.is_cuda for group in self.param_groups for p in group["params"])
-        self.update = torch.compile(adam_update, dynamic=True, fullgraph=True) if cuda else adam_update
+        # Where the captured arithmetic reads and writes: the large parameters' gradient shares and gathered
+        # values, and each group's [step size, decay], filled before each step.
+        large = [p for g in self.param_groups for p in g["params"] + [self.late] if p is not None and self.sharded(p)]
+        self.shares = {p: p.new_empty(self.slice(p)[2]) for p in large}
+        self.gathered = {p: p.new_empty(self.slice(p)[2] * world_size) for p in large}
+        first = self.param_groups[0]["params"][0]
+        self.scheduled = first.new_zeros(len(self.param_groups), 2, dtype=torch.float32)
+        self.joined = None  # after the untie: (its group, the late parameter), for reset
+        # one graph per parameter dtype, of any size; the step size and decay are tensors, read when it runs
+        self.update = torch.compile(adam_update, dynamic=True, fullgraph=True) if first.is_cuda else adam_update
+        self.graphs = OptimizerGraphs(first.is_cuda)
+
+    def reset(self):
+        """As new, in place, so that the CUDA graphs stay valid: the moments zeroed where they are, the step
+        counts 0, and the late parameter out of its group again (untie will overwrite its moments)."""
+        for state in self.state.values():
+            for moment in state.values():
+                moment.zero_()
+        for group in self.param_groups:
+            group["steps"] = 0
+        if self.joined is not None:
+            group, late = self.joined
+            removed = group["params"].pop()  # untie appended it last
+            assert removed is late
+            self.late, self.joined = late, None
 
     def sharded(self, p):
         return self.world_size > 1 and p.numel() >= ADAM_SHARD_MIN
@@ -954,43 +979,62 @@ class Adam(torch.optim.Optimizer):
         if self.world_size == 1:
             self.reduced[p] = (p.grad.view(-1), None)
             return
-        chunk = self.slice(p)[2]
-        padded = F.pad(p.grad.view(-1), (0, chunk * self.world_size - p.numel()))
-        share = padded.new_empty(chunk)
-        self.reduced[p] = (share, dist.reduce_scatter_tensor(share, padded, async_op=True))
+        padded = F.pad(p.grad.view(-1), (0, self.gathered[p].numel() - p.numel()))
+        self.reduced[p] = (self.shares[p], dist.reduce_scatter_tensor(self.shares[p], padded, async_op=True))
 
     @torch.no_grad()
     def step(self):
         if not self.reduced:
             start_reductions([self])
-        gathers = []
-        for group in self.param_groups:
+        steps, values = [], []
+        for g, group in enumerate(self.param_groups):
             params = [p for p in group["params"] if p in self.reduced]
-            if not params:
-                continue
-            group["steps"] += 1
-            (beta1, beta2), t = group["betas"], group["steps"]
-            lr = group["lr"] * group["lr_mul"]
-            step_size, decay = lr * (1 - beta2**t) ** 0.5 / (1 - beta1**t), lr * lr * group["wd"]
-            for p in params:
-                share, work = self.reduced.pop(p)
-                if work is not None:  # each parameter's own: the later ones' reductions go on meanwhile
+            step_size = decay = 0.0
+            if params:
+                group["steps"] += 1
+                (beta1, beta2), t = group["betas"], group["steps"]
+                lr = group["lr"] * group["lr_mul"]
+                step_size, decay = lr * (1 - beta2**t) ** 0.5 / (1 - beta1**t), lr * lr * group["wd"]
+                steps.append((g, params))
+            values.append([step_size, decay])
+        values = torch.tensor(values, dtype=torch.float32)
+        # pinned, the copy does not wait for the host; the host allocator keeps the buffer until it is done
+        self.scheduled.copy_(values.pin_memory() if self.scheduled.is_cuda else values, non_blocking=True)
+        gathers = []
+        for g, params in steps:
+            grads = []
+            for p in params:  # the group's reductions; the later groups' go on meanwhile
+                grad, work = self.reduced.pop(p)
+                if work is not None:
                     work.wait()
-                start, end, chunk = self.slice(p)
-                mine, grad = p.view(-1)[start:end], share[: end - start]
-                state = self.state[p]
-                if not state:
-                    state.update(exp_avg=torch.zeros_like(grad, dtype=torch.float32),
-                                 exp_avg_sq=torch.zeros_like(grad, dtype=torch.float32))
-                self.update(mine, grad, state["exp_avg"], state["exp_avg_sq"], beta1, beta2, step_size, decay,
-                            group["eps"])
-                if self.sharded(p):
-                    full = p.new_empty(chunk * self.world_size)
-                    padded = F.pad(mine, (0, chunk - (end - start)))
-                    gathers.append((p, full, dist.all_gather_into_tensor(full, padded, async_op=True)))
-        for p, full, work in gathers:
+                grads.append(grad)
+            # the graph reads the gradients where they were at its capture: a gradient elsewhere, another graph
+            key = (g, tuple(grad.data_ptr() for grad in grads))
+            padded = self.graphs(key, self.group_update, g, params, grads)
+            large = [p for p in params if self.sharded(p)]
+            gathers += [(p, dist.all_gather_into_tensor(self.gathered[p], mine, async_op=True))
+                        for p, mine in zip(large, padded)]
+        for p, work in gathers:
             work.wait()
-            p.view(-1).copy_(full[: p.numel()])
+            p.view(-1).copy_(self.gathered[p][: p.numel()])
+
+    def group_update(self, g, params, grads):
+        """Group g's step on `params` (their summed gradients or shares: `grads`); returns the large parameters'
+        updated slices, padded to their shares' size, for the all-gather."""
+        group = self.param_groups[g]
+        step_size, decay = self.scheduled[g, 0], self.scheduled[g, 1]
+        padded = []
+        for p, grad in zip(params, grads):
+            start, end, chunk = self.slice(p)
+            mine, grad, state = p.view(-1)[start:end], grad[: end - start], self.state[p]
+            if not state:
+                state.update(exp_avg=torch.zeros_like(grad, dtype=torch.float32),
+                             exp_avg_sq=torch.zeros_like(grad, dtype=torch.float32))
+            self.update(mine, grad, state["exp_avg"], state["exp_avg_sq"], *group["betas"], step_size, decay,
+                        group["eps"])
+            if self.sharded(p):
+                padded.append(F.pad(mine, (0, chunk - (end - start))))
+        return padded
 
     def untie(self, tied):
         """The late parameter joins `tied`'s group where `tied` is: same values, a copy of its moments, and the
@@ -998,10 +1042,15 @@ class Adam(torch.optim.Optimizer):
         untied = self.late
         (group,) = (g for g in self.param_groups if any(p is tied for p in g["params"]))
         group["params"].append(untied)
-        self.late = None
+        self.late, self.joined = None, (group, untied)
         with torch.no_grad():
             untied.copy_(tied)
-        self.state[untied] = {k: v.clone() for k, v in self.state[tied].items()}
+            state = self.state[untied]
+            if state:  # a reset Adam's, where its graphs read them
+                for name, moment in self.state[tied].items():
+                    state[name].copy_(moment)
+            else:
+                state.update({name: moment.clone() for name, moment in self.state[tied].items()})
 
 
 class RowAdam(torch.optim.Optimizer):
@@ -2394,9 +2443,10 @@ def warm_up(run, precompiler, startup):
     model.load_state_dict(initial_state)
     model.zero_grad(set_to_none=False)  # Adam keeps its gradients over even steps: the warm-up may end on one
     model.ngram.table.zero_()  # no state_dict's: see NgramTable
-    normuon = run.optimizers.normuon
-    normuon.reset()  # its CUDA graphs hold its state where it is: zeroed there, and the graphs kept
-    run.optimizers = make_optimizers(model, args, run.world_size)._replace(normuon=normuon)
+    adam, normuon, _ = run.optimizers
+    adam.reset()  # their CUDA graphs hold their state where it is: zeroed there, and the graphs kept
+    normuon.reset()
+    run.optimizers = make_optimizers(model, args, run.world_size)._replace(adam=adam, normuon=normuon)
     run.train_loader.restart(run.train_source.start)
     run.val_loader.restart(run.val_source.start)
 

@@ -167,7 +167,8 @@ def test_fused_mlp_compiled_matches_float64(fp8):
 def test_compiled_adam_update_equals_eager_and_compiles_once_per_dtype():
     """Adam's compiled update against the same function run eagerly: bf16 slices of several sizes (views into a
     larger parameter, as a rank's share is) and a float32 one, over steps whose step size and decay change,
-    as the schedule changes them. Neither a new size nor a new step size may compile again."""
+    as the schedule changes them. Neither a new size nor a new step size, nor the step size's place in its
+    tensor, may compile again."""
     torch._dynamo.reset()
     compiled = torch.compile(tg.adam_update, dynamic=True, fullgraph=True)
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -177,7 +178,11 @@ def test_compiled_adam_update_equals_eager_and_compiles_once_per_dtype():
         p0, q, (m, v) = p.clone(), p.clone(), (torch.zeros(2, size, device="cuda") for _ in range(2))
         for step in range(1, 4):
             grad = torch.randn(size, device="cuda", generator=g).to(dtype)
-            step_size, decay = 0.01 * step, 0.3 * (step - 1)  # a decay large enough to show
+            # views of one tensor, as Adam passes them (its groups' values, read when the kernel runs: a CUDA
+            # graph replays it); a decay large enough to show
+            scheduled = torch.zeros(3, 2, device="cuda")
+            scheduled[step - 1] = torch.tensor([0.01 * step, 0.3 * (step - 1)])  # another row each step
+            step_size, decay = scheduled[step - 1, 0], scheduled[step - 1, 1]
             compiled(p[size : 2 * size], grad, m[0], v[0], 0.8, 0.95, step_size, decay, 1e-10)
             tg.adam_update(q[size : 2 * size], grad, m[1], v[1], 0.8, 0.95, step_size, decay, 1e-10)
         assert torch.equal(p[:size], q[:size]) and torch.equal(p[2 * size :], q[2 * size :])  # only the view moved
@@ -199,6 +204,37 @@ def test_normuon_replays_its_captured_steps_as_the_cpu_computes_them():
     assert len(opt.graphs.graphs) == 2 * len(opt.parts)  # each part's update and its application
     for p, q, p0 in zip(gpu, cpu, muon_parameters()):
         assert rel_error(p.detach().cpu() - p0, q.detach() - p0) < 2e-2  # bf16 Polar Express on both
+
+
+def test_adam_replays_its_captured_steps_as_the_formula_says():
+    """On the GPU Adam runs a group's step as written at its first call, captures it at its second and replays
+    it after, reading the step size and decay from a device tensor: three steps of one parameter, then an untie
+    (another set of parameters: another graph) and two more steps of both, against the float64 formula."""
+    from test_model import ADAM, reference_adam
+    g = torch.Generator().manual_seed(3)
+    p0 = torch.randn(40, 8, generator=g)
+    grads = [torch.randn(40, 8, generator=g) for _ in range(5)]
+    late_grads = [torch.randn(40, 8, generator=g) for _ in range(2)]
+    tied, untied = p0.cuda().requires_grad_(), torch.zeros(40, 8, device="cuda").requires_grad_()
+    adam = tg.Adam([("head.weight", tied), ("embed.weight", untied)], lr=ADAM["lr"], wd=1.0)
+    (group,) = adam.param_groups
+    group.update(betas=ADAM["betas"], wd=ADAM["wd"], lr_mul=1.0)
+
+    def set_grad(p, grad):  # in place after the first, as training keeps them: the graphs read them there
+        if p.grad is None:
+            p.grad = grad.cuda()
+        else:
+            p.grad.copy_(grad)
+    for grad in grads[:3]:
+        set_grad(tied, grad)
+        adam.step()
+    adam.untie(tied)
+    for grad, late in zip(grads[3:], late_grads):
+        set_grad(tied, grad), set_grad(untied, late)
+        adam.step()
+    assert len(adam.graphs.graphs) == 2  # the tied group's and the untied group's
+    assert rel_error(tied.detach().cpu() - p0, reference_adam(p0, grads) - p0) < 2e-5
+    assert rel_error(untied.detach().cpu() - p0, reference_adam(p0, grads[:3] + late_grads) - p0) < 2e-5
 
 
 def test_compiled_model_equals_eager_model():

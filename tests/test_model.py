@@ -666,6 +666,41 @@ def test_adam_against_float64_formula_and_untie_hand_over():
     assert rel_error(untied.detach() - p0, reference_adam(p0, grads[:3] + late_grads) - p0) < 2e-5
 
 
+def test_adam_reset_is_a_fresh_adam_through_the_untie():
+    """The warm-up keeps Adam, as its CUDA graphs hold its state where it is, and resets it: after steps and an
+    untie, then the weights restored, a reset Adam must take the same steps, untie included, as a new one."""
+    g = torch.Generator().manual_seed(3)
+    p0 = torch.randn(40, 8, generator=g)
+    grads = [torch.randn(40, 8, generator=g) for _ in range(5)]
+    late_grads = [torch.randn(40, 8, generator=g) for _ in range(2)]
+
+    def run(adam, tied, untied):
+        for grad in grads[:3]:
+            tied.grad = grad.clone()
+            adam.step()
+        adam.untie(tied)
+        for grad, late in zip(grads[3:], late_grads):
+            tied.grad, untied.grad = grad.clone(), late.clone()
+            adam.step()
+
+    def new(tied, untied):
+        return tg.Adam([("head.weight", tied), ("embed.weight", untied)], lr=ADAM["lr"], wd=1.0)
+    runs = []
+    for reused in (True, False):
+        tied, untied = p0.clone().requires_grad_(), torch.zeros(40, 8).requires_grad_()
+        adam = new(tied, untied)
+        if reused:
+            run(adam, tied, untied)
+            with torch.no_grad():
+                tied.copy_(p0), untied.zero_()
+            adam.reset()
+            assert adam.late is untied and adam.param_groups[0]["params"] == [tied]
+        run(adam, tied, untied)
+        runs.append((tied.detach(), untied.detach()))
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+    assert not torch.equal(runs[0][0], p0)
+
+
 def test_every_parameter_has_one_table_row_and_matrices_go_to_normuon():
     model = tg.GPT(SMOKE, fp8=False)
     adam, normuon, row_adam = optimizers = tg.make_optimizers(model, SMOKE, 1)
