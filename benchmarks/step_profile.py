@@ -15,8 +15,9 @@ and no other kernel did, the part of communication that the step waits for. NCCL
 they spend waiting for the slowest rank, so their own total overstates the transfers; the exposed time is the
 figure to report, as a share of the step (rank 0's, min and max over ranks). Then the optimizers' steps per
 stage: the host's time in each step() call and the span of its kernels on the GPU, which show what the
-optimizers cost a host-bound step. Then the `--top` kernels of the
-last stage outside matmuls, attention and NCCL, by their time per step, as a list of what "other" holds. Each
+optimizers cost a host-bound step. Then, per stage, where the GPU waits: the gaps between kernels, grouped by
+the kernel before and after each (idle_gaps). Then the `--top` kernels of the last stage outside matmuls,
+attention and NCCL, by their time per step, as a list of what "other" holds. Each
 rank's trace of the last stage (or of --trace_stage) goes to traces/step_profile_rank<r>.json.gz, gzipped (a
 stage's trace is about 12 MB of JSON on an H100, 0.8 MB gzipped, and the device machines send files back within
 limits): open them in Perfetto side by side to see where one rank waits for another.
@@ -84,6 +85,24 @@ def run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, 
     return 1000 * (reads[-1] - reads[0]) / (len(reads) - 1), queued
 
 
+def idle_gaps(kernels, profiled, top=4):
+    """Where the GPU waits: kernels as (name, start, end) in microseconds, on any stream. The gaps in their union,
+    grouped by the kernel that ran last before the gap and the first after it, the pairs with the most waiting
+    first: [(ms per step, gaps per step, kernel before, kernel after)] for the `top` pairs; profiled: the number of
+    steps the kernels span. A gap that recurs every step (a wait for the host, for a transfer, for another rank)
+    shows as one pair with about one gap a step."""
+    by_start = sorted(kernels, key=lambda k: k[1])
+    pairs, last_name, last_end = {}, None, None
+    for name, start, end in by_start:
+        if last_end is not None and start > last_end:
+            ms, count = pairs.get((last_name, name), (0.0, 0))
+            pairs[last_name, name] = (ms + (start - last_end) / 1000, count + 1)
+        if last_end is None or end >= last_end:
+            last_name, last_end = name, end
+    ranked = sorted(pairs.items(), key=lambda item: -item[1][0])[:top]
+    return [(ms / profiled, count / profiled, before, after) for (before, after), (ms, count) in ranked]
+
+
 def busy_share(intervals):
     """The share of the span from the first interval's start to the last one's end that some interval covers."""
     if not intervals:
@@ -128,7 +147,8 @@ def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_si
     others = [(name, ms, other_launches[name]) for name, ms in other_time.most_common()]
     optimizer = optimizer_times([(e.name, e.device_type == DeviceType.CUDA, e.time_range.elapsed_us())
                                  for e in prof.events() if e.is_user_annotation], profiled)
-    return by_kind, exposed, busy, others, optimizer, prof
+    gaps = idle_gaps([(e.name, start, end) for e, (_, start, end) in zip(events, kernels)], profiled)
+    return by_kind, exposed, busy, others, optimizer, gaps, prof
 
 
 def main():
@@ -155,9 +175,9 @@ def main():
         shape = tg.train_shape(args, world_size, tg.TRAINING_STAGES[i])
         run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.warmup)
         step_ms, queued = run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.steps)
-        by_kind, exposed, busy, others, optimizer, prof = profile_steps(model, loader, shape, optimizers,
-                                                                        step_numbers, args, world_size, own.steps,
-                                                                        device)
+        by_kind, exposed, busy, others, optimizer, gaps, prof = profile_steps(model, loader, shape, optimizers,
+                                                                              step_numbers, args, world_size,
+                                                                              own.steps, device)
         if own.trace_stage in (None, i):
             traced = prof
         shares = [exposed / step_ms]
@@ -165,7 +185,7 @@ def main():
             shares = [None] * world_size
             dist.all_gather_object(shares, exposed / step_ms)
         rows.append((i, tg.attention_windows(step_numbers[0], args), step_ms, statistics.median(queued), busy,
-                     by_kind, exposed, shares, optimizer))
+                     by_kind, exposed, shares, gaps, optimizer))
     if traced is not None:
         Path(ROOT, "traces").mkdir(exist_ok=True)
         traced.export_chrome_trace(str(ROOT / "traces" / f"step_profile_rank{rank}.json.gz"))
@@ -179,7 +199,7 @@ def main():
         print("| stage | windows | step | host | GPU busy | matmul | attention | NCCL | other | exposed "
               "communication | share of step: rank 0, min–max over ranks |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for i, windows, step_ms, host, busy, by_kind, exposed, shares, _ in rows:
+        for i, windows, step_ms, host, busy, by_kind, exposed, shares, *_ in rows:
             kinds = " | ".join(f"{by_kind[k]:.1f}" for k in ("matmul", "attention", "nccl", "other"))
             print(f"| {i} | {windows} | {step_ms:.1f} ms | {host:.1f} ms | {busy:.1%} | {kinds} | {exposed:.1f} "
                   f"ms | {shares[0]:.1%}, {min(shares):.1%}–{max(shares):.1%} |")
@@ -192,6 +212,13 @@ def main():
             cells = (f"{optimizer[n][0]:.1f} / " + (f"{optimizer[n][1]:.1f}" if cuda else "–") if n in optimizer
                      else "–" for n in names)
             print(f"| {i} | " + " | ".join(cells) + " |")
+        print("\nwhere the GPU waits, per stage (rank 0, profiled): the gaps between kernels, grouped by the kernel "
+              "before and the kernel after, the most waiting first; ms and gaps per step")
+        print("| stage | ms | gaps | kernel before | kernel after |")
+        print("|---:|---:|---:|---|---|")
+        for i, *_, gaps, _ in rows:
+            for ms, count, before, after in gaps:
+                print(f"| {i} | {ms:.2f} | {count:.1f} | `{before[:60]}` | `{after[:60]}` |")
         print(f"\nstage {rows[-1][0]}: the {own.top} largest of {len(others)} other kernels, "
               f"{sum(ms for _, ms, _ in others):.1f} ms per step in all")
         print("| kernel | ms per step | launches per step |")

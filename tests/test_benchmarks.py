@@ -32,6 +32,19 @@ def test_busy_share_is_the_union_of_kernels_over_their_span(kernels, share):
     assert step_profile.busy_share(kernels) == pytest.approx(share)
 
 
+def test_idle_gaps_group_the_waits_by_the_kernels_around_them():
+    """Two steps (microseconds), each: norm, a 100 wait, nccl, with copy on another stream overlapping nccl and
+    adam (no gap), a 300 wait, gemm. A gap is named after the kernel that ended last before it (copy, not adam,
+    which started later), and after a short kernel inside a long one, after the long one."""
+    step = [("norm", 0, 100), ("nccl", 200, 400), ("copy", 350, 500), ("adam", 400, 450), ("gemm", 800, 1000)]
+    kernels = [(name, start + offset, end + offset) for offset in (0, 1000) for name, start, end in step]
+    kernels += [("short", 2000, 2010), ("long", 1990, 2100), ("late", 2300, 2400)]
+    gaps = step_profile.idle_gaps(kernels, profiled=2)
+    assert gaps[:2] == [(0.3, 1.0, "copy", "gemm"), (0.1, 1.0, "norm", "nccl")]
+    assert (0.1, 0.5, "long", "late") in gaps
+    assert step_profile.idle_gaps([], profiled=2) == []
+
+
 def test_kernel_kinds_by_name():
     kinds = [step_profile.kernel_kind(name) for name in (
         "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "void flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel",
