@@ -2419,8 +2419,9 @@ def set_up(args, rank, world_size, device, log, startup):
 
 def warm_up(run, precompiler, startup):
     """Compile and warm up on real batches of every batch shape of the run (the first steps of each stage with a
-    new shape), untimed; then undo its effects: the initial weights, zero gradients, fresh optimizers, both
-    loaders rewound (the tie is each step's StepState: nothing to undo). Each phase's seconds go into `startup`."""
+    new shape), untimed; then undo its effects: the initial weights, zero gradients, Adam and NorMuon reset in
+    place (their CUDA graphs stay valid), a fresh RowAdam, both loaders rewound (the tie is each step's
+    StepState: nothing to undo). Each phase's seconds go into `startup`."""
     args, model = run.args, run.model
     initial_state = {k: v.clone() for k, v in model.state_dict().items()}
     run.optimizers = make_optimizers(model, args, run.world_size)
