@@ -731,6 +731,26 @@ REDUCTION_PARTS = 2  # with several ranks NorMuon reduces each group's gradients
 ADAM_SHARD_MIN = 2**16  # with several ranks Adam shards the parameters of at least this many elements
 
 
+def schedule_on_device(scheduled, values):
+    """scheduled (the device tensor that an optimizer's CUDA graphs read) <- values (rows of floats) without the
+    host waiting for the GPU: copied from pinned memory, which the host allocator keeps until the copy is done."""
+    values = torch.tensor(values, dtype=torch.float32)
+    scheduled.copy_(values.pin_memory() if scheduled.is_cuda else values, non_blocking=True)
+
+
+def zero_state(optimizer):
+    """An optimizer's state as it starts, zeroed in place: its CUDA graphs read it where it is."""
+    for state in optimizer.state.values():
+        for moment in state.values():
+            moment.zero_()
+
+
+def padded(t, size):
+    """A flat t with zeros after it up to `size` elements; t itself where it has them already (F.pad would copy
+    a gradient's or a parameter's worth every step)."""
+    return t if t.numel() == size else F.pad(t, (0, size - t.numel()))
+
+
 class NorMuon(torch.optim.Optimizer):
     """Nesterov momentum, orthogonalised (Polar Express), normalised per neuron (NorMuon), with cautious
     weight decay: p <- p - lr * X - lr * wd * p, the decay only where X and p have the same sign (where
@@ -767,30 +787,28 @@ class NorMuon(torch.optim.Optimizer):
         # updates, and the scheduled values of each group, [momentum, lr, decay], filled before each step.
         first = self.param_groups[0]["params"][0]
         self.shares = [ms[0].new_empty(-(-len(ms) // world_size), *ms[0].shape) for _, ms in self.parts]
+        # with several ranks, each part's gradients stacked for the reduce-scatter, padded with zero matrices to
+        # a multiple of the ranks (the padding is never written); its updates all-gathered
+        self.stacked = [share.new_zeros(world_size * len(share), *share.shape[1:])
+                        for share in self.shares] if world_size > 1 else None
         self.gathered = [share.new_empty(world_size * len(share), *share.shape[1:], dtype=torch.bfloat16)
                          for share in self.shares] if world_size > 1 else None
         self.scheduled = first.new_zeros(len(self.param_groups), 3, dtype=torch.float32)
         self.graphs = OptimizerGraphs(first.is_cuda)
 
     def reset(self):
-        """As new: the momenta and second moments zeroed in place (as they start), so the graphs stay valid."""
-        for state in self.state.values():
-            for moment in state.values():
-                moment.zero_()
+        """As new: the momenta and second moments zeroed in place, so the graphs stay valid."""
+        zero_state(self)
 
     def reductions(self):
         """This step's gradient reductions: (the parameters each waits for, a function that starts it)."""
         return [(matrices, functools.partial(self.reduce, i)) for i, (_, matrices) in enumerate(self.parts)]
 
     def reduce(self, i):
-        matrices, share, W = self.parts[i][1], self.shares[i], self.world_size
-        if W == 1:
-            torch.stack([p.grad for p in matrices], out=share)
-            self.reduced[i] = None
-            return
-        padding = [torch.zeros_like(matrices[0])] * (W * len(share) - len(matrices))
-        grads = torch.stack([p.grad for p in matrices] + padding)
-        self.reduced[i] = dist.reduce_scatter_tensor(share, grads, async_op=True)
+        matrices, share = self.parts[i][1], self.shares[i]
+        stacked = share if self.world_size == 1 else self.stacked[i]
+        torch.stack([p.grad for p in matrices], out=stacked[: len(matrices)])
+        self.reduced[i] = None if self.world_size == 1 else dist.reduce_scatter_tensor(share, stacked, async_op=True)
 
     @torch.no_grad()
     def step(self):
@@ -801,9 +819,7 @@ class NorMuon(torch.optim.Optimizer):
             rows, cols = group["params"][0].shape[-2:]
             lr = group["lr"] * group["lr_mul"] * max(1, rows / cols) ** 0.5
             values.append([group["momentum"], lr, lr * group["wd"] * group["lr"]])
-        values = torch.tensor(values, dtype=torch.float32)
-        # pinned, the copy does not wait for the host; the host allocator keeps the buffer until it is done
-        self.scheduled.copy_(values.pin_memory() if self.scheduled.is_cuda else values, non_blocking=True)
+        schedule_on_device(self.scheduled, values)
         updates = []
         for i in range(len(self.parts)):
             work = self.reduced.pop(i)
@@ -937,9 +953,7 @@ class Adam(torch.optim.Optimizer):
     def reset(self):
         """As new, in place, so that the CUDA graphs stay valid: the moments zeroed where they are, the step
         counts 0, and the late parameter out of its group again (untie will overwrite its moments)."""
-        for state in self.state.values():
-            for moment in state.values():
-                moment.zero_()
+        zero_state(self)
         for group in self.param_groups:
             group["steps"] = 0
         if self.joined is not None:
@@ -979,8 +993,8 @@ class Adam(torch.optim.Optimizer):
         if self.world_size == 1:
             self.reduced[p] = (p.grad.view(-1), None)
             return
-        padded = F.pad(p.grad.view(-1), (0, self.gathered[p].numel() - p.numel()))
-        self.reduced[p] = (self.shares[p], dist.reduce_scatter_tensor(self.shares[p], padded, async_op=True))
+        grad = padded(p.grad.view(-1), self.gathered[p].numel())
+        self.reduced[p] = (self.shares[p], dist.reduce_scatter_tensor(self.shares[p], grad, async_op=True))
 
     @torch.no_grad()
     def step(self):
@@ -997,9 +1011,7 @@ class Adam(torch.optim.Optimizer):
                 step_size, decay = lr * (1 - beta2**t) ** 0.5 / (1 - beta1**t), lr * lr * group["wd"]
                 steps.append((g, params))
             values.append([step_size, decay])
-        values = torch.tensor(values, dtype=torch.float32)
-        # pinned, the copy does not wait for the host; the host allocator keeps the buffer until it is done
-        self.scheduled.copy_(values.pin_memory() if self.scheduled.is_cuda else values, non_blocking=True)
+        schedule_on_device(self.scheduled, values)
         gathers = []
         for g, params in steps:
             grads = []
@@ -1010,10 +1022,10 @@ class Adam(torch.optim.Optimizer):
                 grads.append(grad)
             # the graph reads the gradients where they were at its capture: a gradient elsewhere, another graph
             key = (g, tuple(grad.data_ptr() for grad in grads))
-            padded = self.graphs(key, self.group_update, g, params, grads)
+            slices = self.graphs(key, self.group_update, g, params, grads)
             large = [p for p in params if self.sharded(p)]
             gathers += [(p, dist.all_gather_into_tensor(self.gathered[p], mine, async_op=True))
-                        for p, mine in zip(large, padded)]
+                        for p, mine in zip(large, slices)]
         for p, work in gathers:
             work.wait()
             p.view(-1).copy_(self.gathered[p][: p.numel()])
@@ -1023,7 +1035,7 @@ class Adam(torch.optim.Optimizer):
         updated slices, padded to their shares' size, for the all-gather."""
         group = self.param_groups[g]
         step_size, decay = self.scheduled[g, 0], self.scheduled[g, 1]
-        padded = []
+        slices = []
         for p, grad in zip(params, grads):
             start, end, chunk = self.slice(p)
             mine, grad, state = p.view(-1)[start:end], grad[: end - start], self.state[p]
@@ -1033,8 +1045,8 @@ class Adam(torch.optim.Optimizer):
             self.update(mine, grad, state["exp_avg"], state["exp_avg_sq"], *group["betas"], step_size, decay,
                         group["eps"])
             if self.sharded(p):
-                padded.append(F.pad(mine, (0, chunk - (end - start))))
-        return padded
+                slices.append(padded(mine, chunk))
+        return slices
 
     def untie(self, tied):
         """The late parameter joins `tied`'s group where `tied` is: same values, a copy of its moments, and the

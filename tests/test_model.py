@@ -373,8 +373,9 @@ def test_normuon_reset_is_a_fresh_normuon():
     assert all(torch.equal(p, q) for p, q in zip(params, fresh_params))
 
 
-# sizes 66045 (sharded: ADAM_SHARD_MIN or more, and no multiple of 2 or 4), 7, 2 and 16 (summed whole)
-ADAM_SHAPES = [(259, 255), (7,), (2,), (4, 4)]
+# sizes 66045 and 65536 (sharded: ADAM_SHARD_MIN or more; the first no multiple of 2 or 4, padded, the second
+# not), 7, 2 and 16 (summed whole)
+ADAM_SHAPES = [(259, 255), (256, 256), (7,), (2,), (4, 4)]
 
 
 def run_adam(rank, world_size, num_shares):
@@ -384,7 +385,7 @@ def run_adam(rank, world_size, num_shares):
     g = torch.Generator().manual_seed(5)
     params = [torch.randn(shape, generator=g).requires_grad_() for shape in ADAM_SHAPES]
     untied = torch.zeros(ADAM_SHAPES[0]).requires_grad_()
-    names = ["head.weight", "scalar_a", "scalar_b", "scalar_c"]
+    names = ["head.weight", "scalar_d", "scalar_a", "scalar_b", "scalar_c"]
     adam = tg.Adam(list(zip(names, params)) + [("embed.weight", untied)], lr=0.01, wd=2.0, world_size=world_size)
     for group in adam.param_groups:
         group["lr_mul"] = 1.0
@@ -392,7 +393,7 @@ def run_adam(rank, world_size, num_shares):
         if step == 2:
             adam.untie(params[0])
         grads = torch.Generator().manual_seed(200 + step)
-        for p in params[: 3 if step == 0 else 4] + ([untied] if step >= 2 else []):  # scalar_c: no gradient at first
+        for p in params[: 4 if step == 0 else 5] + ([untied] if step >= 2 else []):  # scalar_c: no gradient at first
             shares = [torch.randn(p.shape, generator=grads) for _ in range(num_shares)]
             p.grad = shares[rank] if world_size > 1 else sum(shares)
         adam.step()
@@ -402,8 +403,8 @@ def run_adam(rank, world_size, num_shares):
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_sharded_adam_equals_single_process(world_size, gloo_runs):
-    """Each rank updates a slice of the large parameter (padded: 66045 elements are no multiple of 2 or 4) and
-    the slices are gathered, and every rank updates the small ones whole from one all-reduce: every rank must
+    """Each rank updates a slice of the large parameters (66045 elements padded, no multiple of 2 or 4; 65536 not)
+    and the slices are gathered, and every rank updates the small ones whole from one all-reduce: every rank must
     end with the parameters one process computes from the summed gradients, the untied copy included."""
     single = run_adam(0, 1, world_size)
     for params in gloo_runs(run_adam, world_size):
