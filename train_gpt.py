@@ -2783,6 +2783,11 @@ def e4m3_scale(bound):
     return bound.float().clamp_min(2**-100) / 448
 
 
+def e5m2_scale(bound):
+    """As e4m3_scale, for float8 e5m2 (largest value 57344): a gradient's."""
+    return bound.float().clamp_min(2**-100) / 57344
+
+
 def normed_e4m3(x):
     """An RMS-normalised x in float8 e4m3 at the fixed scale sqrt(dim) / 448 (|x| <= sqrt(dim)), which needs
     no pass over the data to find its range; and that scale. The head's and the MLP's input."""
@@ -2849,38 +2854,46 @@ def scalar(value, like):
 MLP_TILES = {
     torch.bfloat16: dict(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, GROUP=8),
     torch.float8_e4m3fn: dict(BM=128, BN=256, BK=128, num_warps=8, num_stages=3, GROUP=8),
+    torch.float8_e5m2: dict(BM=128, BN=256, BK=128, num_warps=8, num_stages=3, GROUP=8),  # not tuned: e4m3's
 }
 
 if triton is not None:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     @triton.jit
-    def relu_square_epilogue(acc, out_desc, post_desc, copy_desc, copy_factor, row, col, BACKWARD: tl.constexpr,
-                             COPY: tl.constexpr):
-        """The activation (forward) or its derivative (backward) applied to a finished accumulator, stored; with
-        COPY, stored again in FP8 e4m3 times copy_factor (1 / its scale), clamped at its largest value."""
+    def relu_square_epilogue(acc, out_desc, post_desc, copy_desc, copy_t_desc, copy_factor, row, col,
+                             BACKWARD: tl.constexpr, OUT: tl.constexpr, COPY: tl.constexpr, COPY_MAX: tl.constexpr):
+        """The activation (forward) or its derivative (backward) applied to a finished accumulator and stored:
+        with OUT as it is; with COPY in FP8 times copy_factor (1 / its scale), clamped at +-COPY_MAX, row-major
+        and transposed."""
         if BACKWARD:
             acc = acc * 2 * tl.sqrt(post_desc.load([row, col]).to(tl.float32))
         else:
             acc = tl.maximum(acc, 0.0)
             acc = acc * acc
-        out_desc.store([row, col], acc.to(out_desc.dtype))
+        if OUT:
+            out_desc.store([row, col], acc.to(out_desc.dtype))
         if COPY:
-            copy_desc.store([row, col], tl.minimum(acc * copy_factor, 448.0).to(copy_desc.dtype))
+            copy = tl.minimum(tl.maximum(acc * copy_factor, -COPY_MAX), COPY_MAX).to(copy_desc.dtype)
+            copy_desc.store([row, col], copy)
+            copy_t_desc.store([col, row], tl.trans(copy))
 
     @triton.jit
-    def relu_square_matmul_kernel(a_desc, b_desc, out_desc, post_desc, copy_desc, scale_ptr, copy_scale_ptr, M,
-                                  programs, N: tl.constexpr, K: tl.constexpr, B_ROWS_N: tl.constexpr,
-                                  BACKWARD: tl.constexpr, SCALED: tl.constexpr, COPY: tl.constexpr,
+    def relu_square_matmul_kernel(a_desc, b_desc, out_desc, post_desc, copy_desc, copy_t_desc, scale_ptr,
+                                  copy_scale_ptr, M, programs, N: tl.constexpr, K: tl.constexpr,
+                                  B_ROWS_N: tl.constexpr, BACKWARD: tl.constexpr, SCALED: tl.constexpr,
+                                  OUT: tl.constexpr, COPY: tl.constexpr, COPY_MAX: tl.constexpr,
                                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
         """(BM, BN) tiles of a @ b with the MLP's activation applied as each tile is written, so that the
         4x-wide activation makes no extra round trip through memory. a: (M, K); b: (N, K) if B_ROWS_N, else
-        (K, N); out and post: (M, N); all row-major, read and written by TMA (rows past M: zeros read,
-        nothing written); N and K multiples of BN and BK.
-        Forward: out = relu(a @ b)^2. Backward (a the output's gradient, b the output projection, post the
-        forward's out): out = (a @ b) * 2 sqrt(post), the pre-activation's gradient, as relu = sqrt(post).
-        SCALED: a and b are FP8, a @ b is multiplied by the product of their scales, at scale_ptr. COPY: out is
-        also written in FP8 e4m3 (copy_desc) at the scale at copy_scale_ptr (the output projection's operand).
+        (K, N); out, post and copy: (M, N); copy_t: (N, M); all row-major, read and written by TMA (rows past M:
+        zeros read, nothing written); N and K multiples of BN and BK.
+        Forward: relu(a @ b)^2. Backward (a the output's gradient, b the output projection, post the
+        forward's activation): (a @ b) * 2 sqrt(post), the pre-activation's gradient, as relu = sqrt(post).
+        SCALED: a and b are FP8, a @ b is multiplied by the product of their scales, at scale_ptr. OUT: the result
+        is written to out. COPY: it is written in FP8 too, at the scale at copy_scale_ptr, clamped at +-COPY_MAX,
+        to copy and transposed to copy_t (the FP8 matmuls that follow take their first operand row-major and
+        their second column-major, so each needs its own layout).
         Persistent: each of `programs` programs takes every programs-th tile, its loop over tiles and K
         flattened into one software pipeline, so the next tile's loads run during this one's epilogue; the
         epilogue works on two (BM, BN / 2) halves, which keeps its registers and staging memory small."""
@@ -2901,9 +2914,10 @@ if triton is not None:
             if SCALED:
                 acc = acc * tl.load(scale_ptr)
             left, right = tl.split(acc.reshape(BM, 2, BN // 2).permute(0, 2, 1))
-            relu_square_epilogue(left, out_desc, post_desc, copy_desc, copy_factor, row, col, BACKWARD, COPY)
-            relu_square_epilogue(right, out_desc, post_desc, copy_desc, copy_factor, row, col + BN // 2, BACKWARD,
-                                 COPY)
+            relu_square_epilogue(left, out_desc, post_desc, copy_desc, copy_t_desc, copy_factor, row, col, BACKWARD,
+                                 OUT, COPY, COPY_MAX)
+            relu_square_epilogue(right, out_desc, post_desc, copy_desc, copy_t_desc, copy_factor, row, col + BN // 2,
+                                 BACKWARD, OUT, COPY, COPY_MAX)
 
 
 @functools.cache
@@ -2913,28 +2927,31 @@ def multiprocessors(device):
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
-def relu_square_matmul(a, b, post=None, scale=None, out_dtype=None, copy=None, copy_scale=None):
-    """relu_square_matmul_kernel over the whole product: relu(a @ b)^2, or with post, (a @ b) * 2 sqrt(post);
-    with scale (FP8 a and b), a @ b times scale first; with copy (an e4m3 tensor of out's shape), out / copy_scale
-    written into it too. b: (K, N), row-major or the transpose of a row-major (N, K) (an nn.Linear's weight,
-    .T)."""
+def relu_square_matmul(a, b, out=None, post=None, scale=None, copy=None, copy_t=None, copy_scale=None):
+    """relu_square_matmul_kernel over the whole product, written to out, or to copy and copy_t (an FP8 tensor of
+    out's shape and one of its transpose's, at copy_scale), or to all three: relu(a @ b)^2, or with post,
+    (a @ b) * 2 sqrt(post); with scale (FP8 a and b), a @ b times scale first. b: (K, N), row-major or the
+    transpose of a row-major (N, K) (an nn.Linear's weight, .T)."""
     (M, K), N = a.shape, b.size(1)
     tile = MLP_TILES[a.dtype]
     BM, BN, BK = tile["BM"], tile["BN"], tile["BK"]
     rows_n = b.stride(0) == 1
-    out = torch.empty(M, N, dtype=out_dtype or a.dtype, device=a.device)
     a_desc = TensorDescriptor.from_tensor(a.contiguous(), [BM, BK])
     b_desc = TensorDescriptor.from_tensor(b.T, [BN, BK]) if rows_n else TensorDescriptor.from_tensor(b, [BK, BN])
-    out_desc = TensorDescriptor.from_tensor(out, [BM, BN // 2])
-    # the forward reads no post, the bf16 kernel no scale: any descriptor and pointer will do
+    # what a path does not read or write (the forward's post, the bf16 kernel's scale, absent outputs) takes
+    # any descriptor or pointer
+    out_desc, copy_desc = (None if t is None else TensorDescriptor.from_tensor(t, [BM, BN // 2]) for t in (out, copy))
+    out_desc = out_desc or copy_desc
+    copy_t_desc = out_desc if copy_t is None else TensorDescriptor.from_tensor(copy_t, [BN // 2, BM])
     post_desc = out_desc if post is None else TensorDescriptor.from_tensor(post, [BM, BN // 2])
-    copy_desc = out_desc if copy is None else TensorDescriptor.from_tensor(copy, [BM, BN // 2])
+    some_tensor = a if scale is None else scale
     programs = min(multiprocessors(a.device), triton.cdiv(M, BM) * (N // BN))
-    relu_square_matmul_kernel[(programs,)](a_desc, b_desc, out_desc, post_desc, copy_desc,
-                                           out if scale is None else scale, out if copy is None else copy_scale, M,
-                                           programs, N=N, K=K, B_ROWS_N=rows_n, BACKWARD=post is not None,
-                                           SCALED=scale is not None, COPY=copy is not None, **tile)
-    return out
+    copy_max = torch.finfo(copy.dtype).max if copy is not None else 0.0
+    relu_square_matmul_kernel[(programs,)](a_desc, b_desc, out_desc, post_desc, copy_desc or out_desc, copy_t_desc,
+                                           some_tensor, some_tensor if copy is None else copy_scale, M, programs,
+                                           N=N, K=K, B_ROWS_N=rows_n, BACKWARD=post is not None,
+                                           SCALED=scale is not None, OUT=out is not None, COPY=copy is not None,
+                                           COPY_MAX=copy_max, **tile)
 
 
 def fused_mlp_kernels(a, b):
@@ -2942,8 +2959,10 @@ def fused_mlp_kernels(a, b):
     whole tiles of N and K. Elsewhere (CPU tests, the float32 model of a GPU test, odd widths, older GPUs) the
     same formulas in PyTorch."""
     tile = MLP_TILES.get(a.dtype)
+    # FP8 products are also written transposed, whose rows (a's row count, in bytes) TMA needs 16-byte aligned
     return (triton is not None and a.is_cuda and tile is not None and a.size(1) % tile["BK"] == 0
-            and b.size(1) % tile["BN"] == 0 and torch.cuda.get_device_capability(a.device) >= (9, 0))
+            and b.size(1) % tile["BN"] == 0 and (a.element_size() > 1 or a.size(0) % 16 == 0)
+            and torch.cuda.get_device_capability(a.device) >= (9, 0))
 
 
 @torch.library.custom_op("train_gpt::relu_square_linear", mutates_args=())
@@ -2951,7 +2970,9 @@ def relu_square_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """relu(x @ w.T)^2, the MLP's hidden activation. An operator opaque to torch.compile, as the head's."""
     if not fused_mlp_kernels(x, w.T):
         return F.relu(F.linear(x, w)).square()
-    return relu_square_matmul(x, w.T)
+    post = x.new_empty(x.size(0), w.size(0))
+    relu_square_matmul(x, w.T, post)
+    return post
 
 
 @relu_square_linear.register_fake
@@ -2959,24 +2980,39 @@ def _(x, w):
     return x.new_empty(x.size(0), w.size(0))
 
 
+def fp8_and_transposed(t, dtype):
+    """Two empty FP8 tensors: one of t's shape (2-D) and one of its transpose's."""
+    return t.new_empty(t.shape, dtype=dtype), t.new_empty(t.shape[::-1], dtype=dtype)
+
+
+def to_fp8_clamped(t, scale, dtype):
+    """t / scale in FP8 `dtype`, clamped at its largest value, and the same transposed (contiguous): what the
+    fused kernel writes, in PyTorch."""
+    top = torch.finfo(dtype).max
+    t8 = (t.float() / scale).clamp(-top, top).to(dtype)
+    return t8, t8.T.contiguous()
+
+
 @torch.library.custom_op("train_gpt::relu_square_linear_fp8", mutates_args=())
 def relu_square_linear_fp8(x8: torch.Tensor, w8: torch.Tensor, scale: torch.Tensor,
-                           post_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                           post_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The activation of FP8 operands: relu(x8 @ w8.T * scale)^2 (scale: the product of their scales) in bf16,
-    which the backward pass reads, and the same in e4m3 at post_scale, clamped at 448, which the output
-    projection multiplies. Both are written from the one accumulator."""
+    which the backward pass reads; and the same in e4m3 at post_scale, clamped at 448, row-major (the output
+    projection's operand) and transposed (its weight gradient's). All three are written from the one
+    accumulator."""
     if not fused_mlp_kernels(x8, w8.T):
         post = F.relu(F.linear(x8.float(), w8.float()) * scale).square()
-        return post.bfloat16(), (post / post_scale).clamp(max=448).to(torch.float8_e4m3fn)
-    post8 = torch.empty(x8.size(0), w8.size(0), dtype=torch.float8_e4m3fn, device=x8.device)
-    post = relu_square_matmul(x8, w8.T, scale=scale, out_dtype=torch.bfloat16, copy=post8, copy_scale=post_scale)
-    return post, post8
+        return post.bfloat16(), *to_fp8_clamped(post, post_scale, torch.float8_e4m3fn)
+    post = x8.new_empty(x8.size(0), w8.size(0), dtype=torch.bfloat16)
+    post8, post8_t = fp8_and_transposed(post, torch.float8_e4m3fn)
+    relu_square_matmul(x8, w8.T, post, scale=scale, copy=post8, copy_t=post8_t, copy_scale=post_scale)
+    return post, post8, post8_t
 
 
 @relu_square_linear_fp8.register_fake
 def _(x8, w8, scale, post_scale):
-    shape = (x8.size(0), w8.size(0))
-    return x8.new_empty(shape, dtype=torch.bfloat16), x8.new_empty(shape, dtype=torch.float8_e4m3fn)
+    post = x8.new_empty(x8.size(0), w8.size(0), dtype=torch.bfloat16)
+    return post, *fp8_and_transposed(post, torch.float8_e4m3fn)
 
 
 @torch.library.custom_op("train_gpt::relu_square_linear_backward", mutates_args=())
@@ -2985,7 +3021,9 @@ def relu_square_linear_backward(grad_out: torch.Tensor, w: torch.Tensor, post: t
     grad_out @ w (w: the projection's weight) and the activation post it produced."""
     if not fused_mlp_kernels(grad_out, w):
         return (grad_out @ w) * 2 * post.sqrt()
-    return relu_square_matmul(grad_out, w, post)
+    grad_pre = torch.empty_like(post)
+    relu_square_matmul(grad_out, w, grad_pre, post)
+    return grad_pre
 
 
 @relu_square_linear_backward.register_fake
@@ -2993,40 +3031,84 @@ def _(grad_out, w, post):
     return torch.empty_like(post)
 
 
+@torch.library.custom_op("train_gpt::relu_square_linear_backward_fp8", mutates_args=())
+def relu_square_linear_backward_fp8(grad_out8: torch.Tensor, w8_t: torch.Tensor, post: torch.Tensor,
+                                    scale: torch.Tensor, grad_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """relu_square_linear_backward of FP8 operands (grad_out8 in e5m2; w8_t, the projection's e4m3 weight
+    transposed, so that the kernel reads it along its reduction dimension, as FP8 tensor cores need): the
+    pre-activation's gradient (grad_out8 @ w8_t.T * scale) * 2 sqrt(post) in e5m2 at grad_scale, row-major (x's
+    gradient's operand) and transposed (fc's gradient's); no bf16 copy."""
+    if not fused_mlp_kernels(grad_out8, w8_t.T):
+        grad_pre = (grad_out8.float() @ w8_t.float().T) * scale * 2 * post.float().sqrt()
+        return to_fp8_clamped(grad_pre, grad_scale, torch.float8_e5m2)
+    grad_pre8, grad_pre8_t = fp8_and_transposed(post, torch.float8_e5m2)
+    relu_square_matmul(grad_out8, w8_t.T, post=post, scale=scale, copy=grad_pre8, copy_t=grad_pre8_t,
+                       copy_scale=grad_scale)
+    return grad_pre8, grad_pre8_t
+
+
+@relu_square_linear_backward_fp8.register_fake
+def _(grad_out8, w8_t, post, scale, grad_scale):
+    return fp8_and_transposed(post, torch.float8_e5m2)
+
+
 class ReluSquareMLP(torch.autograd.Function):
     """relu(x @ fc.T)^2 @ proj.T, the activation applied inside the matmuls' kernels both ways. What is kept
     for the backward pass is the activation relu(.)^2 alone: relu(.) is its square root.
 
-    With fp8 (Hopper), both forward matmuls run in float8 e4m3 (#84 the first, #90 both):
-    - x @ fc.T: x at the fixed scale sqrt(dim) / 448, as x is RMS-normalised (|x| <= sqrt(dim)); fc at
-      amax(|fc|) / 448, taken afresh at every call.
-    - post @ proj.T: the kernel writes post in e4m3 too, at a scale that no value can exceed and that needs no
-      pass over post: (x . fc_i)^2 <= |x|^2 |fc_i|^2 <= dim max_i |fc_i|^2 (Cauchy-Schwarz; fc's row norms are
-      a pass over the weight only). A pass to find post's amax would cost about what FP8 saves (an A/B of
-      scales found so, in the backward pass, was 5 % slower per step). proj at amax(|proj|) / 448.
-    The backward pass stays in bf16, from the bf16 post, and MLP validates without FP8."""
+    With fp8 (Hopper), all six matmuls run in float8 (#84 the first, #90 the forward, #92 all), each operand at
+    a scale found without a pass over a 4x-wide tensor (such passes, and transposing copies, cost more than FP8
+    saved: 5 % slower per step in an A/B of the backward with them):
+    - x @ fc.T: x in e4m3 at the fixed scale sqrt(dim) / 448, as x is RMS-normalised (|x| <= sqrt(dim)); fc
+      at amax(|fc|) / 448, taken afresh at every call.
+    - post @ proj.T: the kernel writes post in e4m3 too, at a scale that no value can exceed:
+      (x . fc_i)^2 <= |x|^2 |fc_i|^2 <= dim max_i |fc_i|^2 (Cauchy-Schwarz; fc's row norms are a pass over the
+      weight only), and transposed, for proj's gradient. proj at amax(|proj|) / 448.
+    - The backward pass: the output's gradient in e5m2 at its amax (a pass over a 1x-wide tensor), row-major
+      and transposed; the fused kernel writes the pre-activation's gradient in e5m2 in both layouts, at a
+      bound that no value can exceed either: |grad_out_t . proj_j| 2 sqrt(post_tj) <= |grad_out_t| |proj_j|
+      2 sqrt(dim max_i |fc_i|^2) (proj_j: proj's columns). A loose bound costs e5m2 nothing but range, of
+      which it has 2^31. Then x's, fc's and proj's gradients, each one _scaled_mm.
+    MLP validates without FP8."""
 
     @staticmethod
     def forward(ctx, x, fc, proj, fp8):
-        if fp8:
-            (x8, x_scale), fc_scale = normed_e4m3(x), e4m3_scale(fc.detach().abs().amax())
-            post_scale = e4m3_scale(fc.detach().float().square().sum(1).amax() * x.size(-1))
-            post, post8 = relu_square_linear_fp8(x8, to_e4m3(fc, fc_scale), x_scale * fc_scale, post_scale)
-            proj_scale = e4m3_scale(proj.detach().abs().amax())
-            # _scaled_mm wants its second operand column-major: the transpose of the row-major e4m3 proj
-            out = torch._scaled_mm(post8, to_e4m3(proj, proj_scale).T, scale_a=post_scale, scale_b=proj_scale,
-                                   out_dtype=torch.bfloat16)
-        else:
+        ctx.fp8 = fp8
+        if not fp8:
             post = relu_square_linear(x, fc)
-            out = F.linear(post, proj)
-        ctx.save_for_backward(x, fc, proj, post)
+            ctx.save_for_backward(x, fc, proj, post)
+            return F.linear(post, proj)
+        (x8, ctx.x_scale), fc_scale = normed_e4m3(x), e4m3_scale(fc.detach().abs().amax())
+        fc8 = to_e4m3(fc, fc_scale)
+        post_scale = e4m3_scale(fc.detach().float().square().sum(1).amax() * x.size(-1))
+        post, post8, post8_t = relu_square_linear_fp8(x8, fc8, ctx.x_scale * fc_scale, post_scale)
+        proj_scale = e4m3_scale(proj.detach().abs().amax())
+        proj8 = to_e4m3(proj, proj_scale)
+        # _scaled_mm wants its first operand row-major and its second column-major: the transpose of proj8
+        out = torch._scaled_mm(post8, proj8.T, scale_a=post_scale, scale_b=proj_scale, out_dtype=torch.bfloat16)
+        proj_norm = proj.detach().float().norm(dim=0).amax()  # its columns' largest norm
+        ctx.save_for_backward(x8, fc8, proj8, post, post8_t, fc_scale, post_scale, proj_scale, proj_norm)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        x, fc, proj, post = ctx.saved_tensors
-        grad_pre = relu_square_linear_backward(grad_out, proj, post)
-        return grad_pre @ fc, grad_pre.T @ x, grad_out.T @ post, None
+        if not ctx.fp8:
+            x, fc, proj, post = ctx.saved_tensors
+            grad_pre = relu_square_linear_backward(grad_out, proj, post)
+            return grad_pre @ fc, grad_pre.T @ x, grad_out.T @ post, None
+        x8, fc8, proj8, post, post8_t, fc_scale, post_scale, proj_scale, proj_norm = ctx.saved_tensors
+        out_scale = e5m2_scale(grad_out.abs().amax())
+        grad_out8, grad_out8_t = to_fp8_clamped(grad_out, out_scale, torch.float8_e5m2)
+        pre_bound = grad_out.float().norm(dim=1).amax() * proj_norm * 2 * (post_scale * 448).sqrt()
+        pre_scale = e5m2_scale(pre_bound)
+        grad_pre8, grad_pre8_t = relu_square_linear_backward_fp8(grad_out8, proj8.T.contiguous(), post,
+                                                                 out_scale * proj_scale, pre_scale)
+        x_scale, bf16 = scalar(ctx.x_scale, grad_out), torch.bfloat16
+        grad_x = torch._scaled_mm(grad_pre8, fc8.T.contiguous().T, scale_a=pre_scale, scale_b=fc_scale, out_dtype=bf16)
+        grad_fc = torch._scaled_mm(grad_pre8_t, x8.T.contiguous().T, scale_a=pre_scale, scale_b=x_scale,
+                                   out_dtype=bf16)
+        grad_proj = torch._scaled_mm(grad_out8_t, post8_t.T, scale_a=out_scale, scale_b=post_scale, out_dtype=bf16)
+        return grad_x, grad_fc, grad_proj, None
 
 
 # Polar Express (Amsel et al., 2025): five odd quintics a x + b x^3 + c x^5, each fitted to the singular

@@ -1,16 +1,16 @@
-"""The MLP with its activation fused into the matmul kernels (train_gpt.ReluSquareMLP), its forward in bf16 and
+"""The MLP with its activation fused into the matmul kernels (train_gpt.ReluSquareMLP), in bf16 and
 in FP8, against the unfused one that Inductor compiles, on one GPU, at each training stage's micro-batch
 (768 -> 3072 -> 768, bf16 activations): forward and forward + backward time (medians of CUDA-event timings),
 and the error of the output and of the three gradients against float64. Prints a table.
 
 A second table times the kernels alone, each tile on its own, replayed from a CUDA graph so that Python's
-launches stay out (the training steps replay graphs too): the forward relu(x fc^T)^2 (bf16, FP8) and the
-backward (g proj) 2 sqrt(post), each against the same matmul in cuBLAS without the activation.
+launches stay out (the training steps replay graphs too): the forward relu(x fc^T)^2 and the backward
+(g proj) 2 sqrt(post), each in bf16 and in FP8, against the same matmul in cuBLAS without the activation.
 
     python benchmarks/mlp_kernel.py [--tiles 128,128,64,8,4,8 ...] [--fp8_tiles 128,128,128,8,4,8 ...] [--reps 20]
 
-A tile is BM,BN,BK,num_warps,num_stages,GROUP (train_gpt.MLP_TILES): --tiles for the bf16 kernel (the backward
-always, the forward without FP8), --fp8_tiles for the FP8 forward, measured with the first of --tiles behind it.
+A tile is BM,BN,BK,num_warps,num_stages,GROUP (train_gpt.MLP_TILES): --tiles for the bf16 kernels, --fp8_tiles
+for the FP8 ones (in the whole MLP, each FP8 tile serves its forward and its backward kernel).
 """
 import argparse
 import statistics
@@ -76,21 +76,31 @@ def graphed_ms(fn, reps):
 
 
 def kernel_rows(tokens, fc, proj, tiles, fp8_tiles, reps):
-    """(tokens, kernel, tile, ms, cuBLAS ms) for each tile of each kernel: forward bf16, forward FP8, backward."""
+    """(tokens, kernel, tile, ms, cuBLAS ms) for each tile of each kernel, as training calls them: forward bf16,
+    forward FP8 (post in bf16, and in e4m3 in both layouts), backward bf16, backward FP8 (the hidden gradient
+    in e5m2 in both layouts, no bf16 copy)."""
     x = tg.rms_norm(torch.randn(tokens, fc.size(1), device="cuda")).bfloat16()
     g = torch.randn(tokens, fc.size(1), device="cuda", dtype=torch.bfloat16)
     fc16, proj16 = fc.detach().bfloat16(), proj.detach().bfloat16()
     post = F.relu(F.linear(x, fc16)).square()
     (x8, x_scale), fc_scale = tg.normed_e4m3(x), fc16.abs().amax().float() / 448
     fc8 = tg.to_e4m3(fc16, fc_scale)
+    g8, proj8_t = g.to(torch.float8_e5m2), tg.to_e4m3(proj16, proj16.abs().amax().float() / 448).T.contiguous()
     one = torch.ones((), device="cuda")
+    out = torch.empty_like(post)
+    e4, e5 = tg.fp8_and_transposed(post, torch.float8_e4m3fn), tg.fp8_and_transposed(post, torch.float8_e5m2)
     kernels = [
-        ("forward, bf16", torch.bfloat16, tiles, lambda: tg.relu_square_matmul(x, fc16.T),
+        ("forward, bf16", torch.bfloat16, tiles, lambda: tg.relu_square_matmul(x, fc16.T, out),
          lambda: F.linear(x, fc16)),
         ("forward, FP8", torch.float8_e4m3fn, fp8_tiles,
-         lambda: tg.relu_square_matmul(x8, fc8.T, scale=x_scale * fc_scale, out_dtype=torch.bfloat16),
+         lambda: tg.relu_square_matmul(x8, fc8.T, out, scale=x_scale * fc_scale, copy=e4[0], copy_t=e4[1],
+                                       copy_scale=one),
          lambda: torch._scaled_mm(x8, fc8.T, one, one, out_dtype=torch.bfloat16)),
-        ("backward", torch.bfloat16, tiles, lambda: tg.relu_square_matmul(g, proj16, post), lambda: g @ proj16),
+        ("backward, bf16", torch.bfloat16, tiles, lambda: tg.relu_square_matmul(g, proj16, out, post),
+         lambda: g @ proj16),
+        ("backward, FP8", torch.float8_e5m2, fp8_tiles,
+         lambda: tg.relu_square_matmul(g8, proj8_t.T, post=post, scale=one, copy=e5[0], copy_t=e5[1], copy_scale=one),
+         lambda: torch._scaled_mm(g8, proj8_t.T, one, one, out_dtype=torch.bfloat16)),
     ]
     rows = []
     for name, dtype, kernel_tiles, fused, cublas in kernels:
@@ -128,7 +138,7 @@ def measure(mlp, x, fc, proj, grad, reps):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiles", nargs="+", default=TILES, help="bf16: BM,BN,BK,num_warps,num_stages,GROUP each")
-    parser.add_argument("--fp8_tiles", nargs="+", default=FP8_TILES, help="FP8 forward: the same, each")
+    parser.add_argument("--fp8_tiles", nargs="+", default=FP8_TILES, help="FP8: the same, each")
     parser.add_argument("--reps", type=int, default=20, help="calls per timed round (the median of 5 rounds' means)")
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -147,10 +157,11 @@ def main():
         base = measure(unfused, x, fc, proj, grad, args.reps)
         rows.append((tokens, "unfused (Inductor)", "", *base, base))
         variants = [(fused, "fused", torch.bfloat16, tile) for tile in args.tiles]
-        variants += [(fused_fp8, "fused, FP8 forward", torch.float8_e4m3fn, tile) for tile in args.fp8_tiles]
+        variants += [(fused_fp8, "fused, FP8", torch.float8_e4m3fn, tile) for tile in args.fp8_tiles]
         for mlp, kind, dtype, tile in variants:
-            set_tile(torch.bfloat16, args.tiles[0])
             set_tile(dtype, tile)
+            if dtype == torch.float8_e4m3fn:  # the backward's kernel takes the same tile
+                set_tile(torch.float8_e5m2, tile)
             try:
                 rows.append((tokens, kind, tile, *measure(mlp, x, fc, proj, grad, args.reps), base))
             except Exception as error:  # a tile too large for the chip's shared memory, say: the others go on

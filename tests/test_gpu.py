@@ -111,11 +111,17 @@ def test_sampled_fp8_head_compiled_matches_float64():
     assert not head.weight.grad[outside].any()
 
 
-@pytest.mark.parametrize("tokens", [49152, 1000])
+def same_bytes(a, b):
+    """Whether two FP8 tensors hold the same bytes (torch.equal takes no FP8)."""
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+@pytest.mark.parametrize("tokens", [49152, 1008])
 def test_relu_square_matmul_kernel_against_float64(tokens):
     """The fused MLP kernel both ways, at the model's shapes (768 -> 3072) and at a token count that is no
-    multiple of its tile, on fresh random bf16 inputs, its outputs poisoned first: relu(x fc^T)^2, and the
-    hidden gradient (g proj) * 2 relu(x fc^T) from the kept activation. bf16 outputs: within ~1e-2."""
+    multiple of its tile (but of 16, as FP8 operands must be), on fresh random bf16 inputs, its outputs poisoned
+    first: relu(x fc^T)^2, and the hidden gradient (g proj) * 2 relu(x fc^T) from the kept activation. bf16
+    outputs: within ~1e-2. Then FP8 operands (Hopper), both ways, their FP8 copies in both layouts."""
     torch.manual_seed(tokens)
     x = tg.rms_norm(torch.randn(tokens, 768, device="cuda")).bfloat16()
     fc = (0.03 * torch.randn(3072, 768, device="cuda")).bfloat16()
@@ -128,26 +134,43 @@ def test_relu_square_matmul_kernel_against_float64(tokens):
     torch.full((tokens, 3072), float("nan"), device="cuda", dtype=torch.bfloat16)
     grad_pre = tg.relu_square_linear_backward(grad, proj, post)
     assert rel_error(grad_pre, (grad.double() @ proj.double()) * 2 * pre.relu()) < 1e-2
-    # FP8 operands (Hopper): the exact product of the e4m3 values, scaled, in bf16, and its e4m3 copy at a
-    # scale a quarter of its maximum's (some values clamped at 448), against torch's cast of the bf16 output
-    if torch.cuda.get_device_capability() >= (9, 0):
-        scales = 768**0.5 / 448, fc.abs().max().item() / 448
-        x8, fc8 = tg.to_e4m3(x, scales[0]), tg.to_e4m3(fc, scales[1])
-        torch.full((tokens, 3072), float("nan"), device="cuda", dtype=torch.bfloat16)
-        exact = (scales[0] * scales[1] * x8.double() @ fc8.double().T).relu().square()
-        post_scale = torch.tensor(exact.max().item() / 4 / 448, device="cuda")
-        post, post8 = tg.relu_square_linear_fp8(x8, fc8, torch.tensor(scales[0] * scales[1], device="cuda"),
-                                                post_scale)
-        assert post.dtype == torch.bfloat16 and post8.dtype == torch.float8_e4m3fn
-        assert rel_error(post, exact) < 1e-2
-        want8 = (exact / post_scale.double()).clamp(max=448)
-        assert (post8.float() == 448).any() and rel_error(post8.double(), want8) < 0.05  # e4m3: 3 mantissa bits
+    if torch.cuda.get_device_capability() < (9, 0):
+        return
+    # forward: the exact product of the e4m3 values, scaled, in bf16, and its e4m3 copies at a scale a quarter
+    # of its maximum's (some values clamped at 448), against torch's cast of the exact product
+    scales = 768**0.5 / 448, fc.abs().max().item() / 448
+    x8, fc8 = tg.to_e4m3(x, scales[0]), tg.to_e4m3(fc, scales[1])
+    torch.full((tokens, 3072), float("nan"), device="cuda", dtype=torch.bfloat16)
+    exact = (scales[0] * scales[1] * x8.double() @ fc8.double().T).relu().square()
+    post_scale = torch.tensor(exact.max().item() / 4 / 448, device="cuda")
+    post, post8, post8_t = tg.relu_square_linear_fp8(x8, fc8, torch.tensor(scales[0] * scales[1], device="cuda"),
+                                                     post_scale)
+    assert post.dtype == torch.bfloat16 and post8.dtype == post8_t.dtype == torch.float8_e4m3fn
+    assert rel_error(post, exact) < 1e-2
+    want8 = (exact / post_scale.double()).clamp(max=448)
+    assert (post8.float() == 448).any() and rel_error(post8.double(), want8) < 0.05  # e4m3: 3 mantissa bits
+    assert same_bytes(post8_t, post8.T)
+    # backward: the output's gradient in e5m2, proj in e4m3 (transposed, as the kernel reads it), the hidden
+    # gradient in e5m2 at a quarter of its maximum's scale (some clamped at 57344), in both layouts
+    grad_scale, proj_scale = grad.abs().max().item() / 57344, proj.abs().max().item() / 448
+    grad8 = (grad.float() / grad_scale).to(torch.float8_e5m2)
+    proj8 = tg.to_e4m3(proj, proj_scale)
+    exact = (grad_scale * proj_scale * grad8.double() @ proj8.double()) * 2 * post.double().sqrt()
+    pre_scale = torch.tensor(exact.abs().max().item() / 4 / 57344, device="cuda")
+    torch.full((tokens, 3072), float("nan"), device="cuda", dtype=torch.bfloat16)
+    pre8, pre8_t = tg.relu_square_linear_backward_fp8(grad8, proj8.T.contiguous(), post,
+                                                      torch.tensor(grad_scale * proj_scale, device="cuda"), pre_scale)
+    assert pre8.dtype == pre8_t.dtype == torch.float8_e5m2
+    want8 = (exact / pre_scale.double()).clamp(-57344, 57344)
+    assert (pre8.float().abs() == 57344).any() and rel_error(pre8.double(), want8) < 0.1  # e5m2: 2 mantissa bits
+    assert same_bytes(pre8_t, pre8.T)
 
 
 @pytest.mark.parametrize("fp8", [False, True])
 def test_fused_mlp_compiled_matches_float64(fp8):
-    """The model's MLP as training runs it (bf16, compiled, the Triton kernels inside, FP8 forward or not):
-    output and the three gradients against float64 autograd of the formula."""
+    """The model's MLP as training runs it (bf16, compiled, the Triton kernels inside, FP8 or not): output and
+    the three gradients against float64 autograd of the formula (FP8: its e5m2 gradients, 2 mantissa bits, move
+    them about 9 % at these sizes on the CPU's reference path)."""
     if fp8 and torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("FP8 matmul needs Hopper")
     torch.manual_seed(0)
@@ -161,7 +184,7 @@ def test_fused_mlp_compiled_matches_float64(fp8):
     ref = F.linear(F.relu(F.linear(ref_inputs[0], ref_inputs[1])).square(), ref_inputs[2])
     want = (ref, *torch.autograd.grad(ref, ref_inputs, grad.double()))
     for a, b in zip(got, want):
-        assert rel_error(a, b) < (0.1 if fp8 else 2e-2)
+        assert rel_error(a, b) < (0.15 if fp8 else 2e-2)
 
 
 def test_compiled_adam_update_equals_eager_and_compiles_once_per_dtype():

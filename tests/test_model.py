@@ -1374,12 +1374,19 @@ tg.MLP_TILES[torch.float32] = dict(BM=32, BN=32, BK=16, num_warps=4, num_stages=
 for M in (100, 96, 7):  # rows: not a multiple of BM, a multiple, fewer than one tile
     x, fc, proj, grad = torch.randn(M, 64), 0.2 * torch.randn(128, 64), torch.randn(48, 128), torch.randn(M, 48)
     scale = torch.tensor(0.7)
-    post = tg.relu_square_matmul(x, fc.T)
-    scaled = tg.relu_square_matmul(x, fc.T, scale=scale)  # as the FP8 operands are
-    grad_pre = tg.relu_square_matmul(grad, proj, post)
+    post, scaled, grad_pre = (torch.full((M, 128), float("nan")) for _ in range(3))
+    tg.relu_square_matmul(x, fc.T, post)
+    tg.relu_square_matmul(x, fc.T, scaled, scale=scale)  # as the FP8 operands are
+    tg.relu_square_matmul(grad, proj, grad_pre, post)
     pre = x.double() @ fc.double().T
-    for got, want in ((post, pre.relu().square()), (scaled, (0.7 * pre).relu().square()),
-                      (grad_pre, (grad.double() @ proj.double()) * 2 * pre.relu())):
+    want_pre = (grad.double() @ proj.double()) * 2 * pre.relu()
+    checks = [(post, pre.relu().square()), (scaled, (0.7 * pre).relu().square()), (grad_pre, want_pre)]
+    if M % 4 == 0:  # the copies alone (the FP8 backward's; float32 here), at a scale, in both layouts: TMA
+        # needs the transposed copy's rows (M elements) 16-byte aligned
+        copy, copy_t = torch.full((M, 128), float("nan")), torch.full((128, M), float("nan"))
+        tg.relu_square_matmul(grad, proj, post=post, copy=copy, copy_t=copy_t, copy_scale=torch.tensor(0.25))
+        checks += [(copy, 4 * want_pre), (copy_t, 4 * want_pre.T)]
+    for got, want in checks:
         assert ((got.double() - want).norm() / want.norm()).item() < 1e-6, M
 """
 
@@ -1387,45 +1394,70 @@ for M in (100, 96, 7):  # rows: not a multiple of BM, a multiple, fewer than one
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton (not in CPU builds)")
 def test_relu_square_matmul_kernel_in_triton_interpreter():
     """The fused MLP kernel's grouping, its persistent loop (4 programs in the interpreter, up to 16 tiles),
-    rows past the last whole tile (TMA's bounds) and both epilogues, run by Triton's interpreter on the CPU in
-    float32 (its bf16 loads are wrong there): tests/test_gpu.py checks it in bf16 on a GPU."""
+    rows past the last whole tile (TMA's bounds), both epilogues and the scaled copies in both layouts, run
+    by Triton's interpreter on the CPU in float32 (its bf16 loads are wrong there): tests/test_gpu.py checks
+    it in bf16 and FP8 on a GPU."""
     env = {**os.environ, "TRITON_INTERPRET": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     result = subprocess.run([sys.executable, "-c", INTERPRETED_KERNEL_CHECK], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def test_fp8_mlp_scales_and_casts_its_forward_operands_and_keeps_a_bf16_backward():
-    """ReluSquareMLP with fp8 on the CPU (the reference path): the activation is that of x and fc rounded to
-    e4m3 at their scales (x at sqrt(dim) / 448, fc at amax / 448, none saturating); the output is that
-    activation and proj rounded to e4m3 (at the bound of the activation and at amax / 448), multiplied; within
-    FP8's error of the exact one; the backward pass is the bf16 formula applied to the bf16 activation."""
+def e8(t, scale, dtype):
+    """t rounded to FP8 `dtype` at scale (clamped at its largest value), back in float32."""
+    top = torch.finfo(dtype).max
+    return (t.float() / scale).clamp(-top, top).to(dtype).float() * scale
+
+
+def test_fp8_mlp_runs_all_six_matmuls_on_its_operands_rounded_at_their_scales():
+    """ReluSquareMLP with fp8 on the CPU (the reference path). Forward: the activation is that of x and fc
+    rounded to e4m3 at their scales (x at sqrt(dim) / 448, fc at amax / 448, none saturating); the output is
+    that activation and proj rounded to e4m3 (at the bound of the activation and at amax / 448), multiplied.
+    Backward: the output's gradient in e5m2 at its amax; the pre-activation's gradient, from it, proj's e4m3
+    and the bf16 activation, in e5m2 at its Cauchy-Schwarz bound, which no value reaches; each gradient the
+    product of those rounded operands. Both within FP8's error of the exact ones; compiled in one graph, the
+    same numbers."""
     torch.manual_seed(0)
-    x = tg.rms_norm(torch.randn(70, 64)).bfloat16()
+    x = tg.rms_norm(torch.randn(80, 64)).bfloat16()
     fc, proj = (0.1 * torch.randn(256, 64)).bfloat16(), (0.1 * torch.randn(64, 256)).bfloat16()
+    grad = torch.randn(80, 64).bfloat16()
     inputs = [t.clone().requires_grad_() for t in (x, fc, proj)]
     out = tg.ReluSquareMLP.apply(*inputs, True)
+    got = torch.autograd.grad(out, inputs, grad, retain_graph=True)
+    torch._dynamo.reset()
+    try:  # one graph (its operators opaque to dynamo), the same numbers
+        compiled = torch.compile(tg.ReluSquareMLP.apply, backend="aot_eager", fullgraph=True)
+        again = [t.clone().requires_grad_() for t in (x, fc, proj)]
+        out_again = compiled(*again, True)
+        assert all(torch.equal(a, b) for a, b in
+                   zip((out, *got), (out_again, *torch.autograd.grad(out_again, again, grad))))
+    finally:
+        torch._dynamo.reset()
+    e4, e5 = torch.float8_e4m3fn, torch.float8_e5m2
     x_scale, fc_scale = 64**0.5 / 448, fc.float().abs().max() / 448
-    x8 = (x.float() / x_scale).to(torch.float8_e4m3fn).float() * x_scale
-    fc8 = (fc.float() / fc_scale).to(torch.float8_e4m3fn).float() * fc_scale
+    x8, fc8 = e8(x, x_scale, e4), e8(fc, fc_scale, e4)
     post = F.relu(x8 @ fc8.T).square()
     assert (fc.float() / fc_scale).abs().max() == 448 and (x.float() / x_scale).abs().max() < 448
     # the output projection's operands: post at the bound dim * max |fc_i|^2 / 448, which no value reaches
-    post_scale, proj_scale = 64 * fc.float().square().sum(1).max() / 448, proj.float().abs().max() / 448
-    assert post.max() < 448 * post_scale
-    post8 = (post / post_scale).to(torch.float8_e4m3fn).float() * post_scale
-    proj8 = (proj.float() / proj_scale).to(torch.float8_e4m3fn).float() * proj_scale
+    post_bound, proj_scale = 64 * fc.float().square().sum(1).max(), proj.float().abs().max() / 448
+    assert post.max() < post_bound
+    post8, proj8 = e8(post, post_bound / 448, e4), e8(proj, proj_scale, e4)
     assert rel_error(out, F.linear(post8, proj8)) < 1e-2
     assert rel_error(out, F.linear(post, proj.float())) > 1e-3  # and not the bf16 product
-    post = post.bfloat16()  # what the backward pass reads
     exact = F.linear(F.relu(F.linear(x.double(), fc.double())).square(), proj.double())
     assert 1e-3 < rel_error(out, exact) < 0.15  # FP8 moved it, not much
-    grad = torch.randn(70, 64).bfloat16()
-    got = torch.autograd.grad(out, inputs, grad)
-    grad_pre = (grad.float() @ proj.float()) * 2 * post.float().sqrt()
-    want = (grad_pre @ fc.float(), grad_pre.T @ x.float(), grad.float().T @ post.float())
-    for a, b in zip(got, want):
-        assert rel_error(a, b) < 2e-2
+    grad8 = e8(grad, grad.float().abs().max() / 57344, e5)
+    grad_pre = (grad8 @ proj8) * 2 * post.bfloat16().float().sqrt()  # from the bf16 activation
+    pre_bound = grad.float().norm(dim=1).max() * proj.float().norm(dim=0).max() * 2 * post_bound.sqrt()
+    assert grad_pre.abs().max() < pre_bound / 8  # the bound: loose, never reached
+    grad_pre8 = e8(grad_pre, pre_bound / 57344, e5)
+    want = (grad_pre8 @ fc8, grad_pre8.T @ x8, grad8.T @ post8)
+    exact_inputs = [t.detach().double().requires_grad_() for t in (x, fc, proj)]
+    exact_out = F.linear(F.relu(F.linear(exact_inputs[0], exact_inputs[1])).square(), exact_inputs[2])
+    exact_grads = torch.autograd.grad(exact_out, exact_inputs, grad.double())
+    for a, b, c in zip(got, want, exact_grads):
+        assert a.dtype == torch.bfloat16 and rel_error(a, b) < 1e-2
+        assert 1e-2 < rel_error(a, c) < 0.15  # FP8 moved them, not much
     mlp = tg.MLP(64, fp8=True).bfloat16()  # validation: no FP8
     with torch.no_grad():
         assert torch.equal(mlp(x), tg.ReluSquareMLP.apply(x, mlp.fc.weight, mlp.proj.weight, False))
