@@ -2772,27 +2772,24 @@ def _(logits, targets, weights):
             logits.new_empty(V, T, dtype=torch.float8_e5m2))
 
 
-def to_e4m3(t, scale):
-    """t / scale in float8 e4m3, clamped to its range (448) rather than cast out of it."""
-    return (t.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+def to_fp8(t, scale, dtype=torch.float8_e4m3fn):
+    """t / scale in FP8 `dtype` (e4m3, or e5m2 for a gradient), clamped to its range (448, 57344) rather than
+    cast out of it."""
+    top = torch.finfo(dtype).max
+    return (t.float() / scale).clamp(-top, top).to(dtype)
 
 
-def e4m3_scale(bound):
-    """The scale that maps bound, the largest magnitude a tensor can have, to e4m3's largest value (448). Never
-    zero: at step 0 the MLP's output projection is all zeros, and its amax scale made 0 / 0."""
-    return bound.float().clamp_min(2**-100) / 448
-
-
-def e5m2_scale(bound):
-    """As e4m3_scale, for float8 e5m2 (largest value 57344): a gradient's."""
-    return bound.float().clamp_min(2**-100) / 57344
+def fp8_scale(bound, dtype=torch.float8_e4m3fn):
+    """The scale that maps bound, the largest magnitude a tensor can have, to the FP8 dtype's largest value.
+    Never zero: at step 0 the MLP's output projection is all zeros, and its amax scale made 0 / 0."""
+    return bound.float().clamp_min(2**-100) / torch.finfo(dtype).max
 
 
 def normed_e4m3(x):
     """An RMS-normalised x in float8 e4m3 at the fixed scale sqrt(dim) / 448 (|x| <= sqrt(dim)), which needs
     no pass over the data to find its range; and that scale. The head's and the MLP's input."""
     scale = x.size(-1) ** 0.5 / 448
-    return to_e4m3(x, scale), scale
+    return to_fp8(x, scale), scale
 
 
 class HeadLoss(torch.autograd.Function):
@@ -2819,7 +2816,7 @@ class HeadLoss(torch.autograd.Function):
             ctx.save_for_backward(x, w, grad.type_as(x))
             return loss
         x8, ctx.x_scale = normed_e4m3(x)
-        w8 = to_e4m3(w, HEAD_W_SCALE)
+        w8 = to_fp8(w, HEAD_W_SCALE)
         logits = torch._scaled_mm(x8, w8.T, scale_a=scalar(ctx.x_scale, x), scale_b=scalar(HEAD_W_SCALE, x),
                                   out_dtype=torch.bfloat16)
         loss, grad, grad_t = softcapped_cross_entropy_fp8(logits, targets, weights)
@@ -2985,11 +2982,9 @@ def fp8_and_transposed(t, dtype):
     return t.new_empty(t.shape, dtype=dtype), t.new_empty(t.shape[::-1], dtype=dtype)
 
 
-def to_fp8_clamped(t, scale, dtype):
-    """t / scale in FP8 `dtype`, clamped at its largest value, and the same transposed (contiguous): what the
-    fused kernel writes, in PyTorch."""
-    top = torch.finfo(dtype).max
-    t8 = (t.float() / scale).clamp(-top, top).to(dtype)
+def to_fp8_both_layouts(t, scale, dtype):
+    """to_fp8 of t, and the same transposed (contiguous): what the fused kernel writes, in PyTorch."""
+    t8 = to_fp8(t, scale, dtype)
     return t8, t8.T.contiguous()
 
 
@@ -3002,7 +2997,7 @@ def relu_square_linear_fp8(x8: torch.Tensor, w8: torch.Tensor, scale: torch.Tens
     accumulator."""
     if not fused_mlp_kernels(x8, w8.T):
         post = F.relu(F.linear(x8.float(), w8.float()) * scale).square()
-        return post.bfloat16(), *to_fp8_clamped(post, post_scale, torch.float8_e4m3fn)
+        return post.bfloat16(), *to_fp8_both_layouts(post, post_scale, torch.float8_e4m3fn)
     post = x8.new_empty(x8.size(0), w8.size(0), dtype=torch.bfloat16)
     post8, post8_t = fp8_and_transposed(post, torch.float8_e4m3fn)
     relu_square_matmul(x8, w8.T, post, scale=scale, copy=post8, copy_t=post8_t, copy_scale=post_scale)
@@ -3040,7 +3035,7 @@ def relu_square_linear_backward_fp8(grad_out8: torch.Tensor, w8_t: torch.Tensor,
     gradient's operand) and transposed (fc's gradient's); no bf16 copy."""
     if not fused_mlp_kernels(grad_out8, w8_t.T):
         grad_pre = (grad_out8.float() @ w8_t.float().T) * scale * 2 * post.float().sqrt()
-        return to_fp8_clamped(grad_pre, grad_scale, torch.float8_e5m2)
+        return to_fp8_both_layouts(grad_pre, grad_scale, torch.float8_e5m2)
     grad_pre8, grad_pre8_t = fp8_and_transposed(post, torch.float8_e5m2)
     relu_square_matmul(grad_out8, w8_t.T, post=post, scale=scale, copy=grad_pre8, copy_t=grad_pre8_t,
                        copy_scale=grad_scale)
@@ -3078,12 +3073,12 @@ class ReluSquareMLP(torch.autograd.Function):
             post = relu_square_linear(x, fc)
             ctx.save_for_backward(x, fc, proj, post)
             return F.linear(post, proj)
-        (x8, ctx.x_scale), fc_scale = normed_e4m3(x), e4m3_scale(fc.detach().abs().amax())
-        fc8 = to_e4m3(fc, fc_scale)
-        post_scale = e4m3_scale(fc.detach().float().square().sum(1).amax() * x.size(-1))
+        (x8, ctx.x_scale), fc_scale = normed_e4m3(x), fp8_scale(fc.detach().abs().amax())
+        fc8 = to_fp8(fc, fc_scale)
+        post_scale = fp8_scale(fc.detach().float().square().sum(1).amax() * x.size(-1))
         post, post8, post8_t = relu_square_linear_fp8(x8, fc8, ctx.x_scale * fc_scale, post_scale)
-        proj_scale = e4m3_scale(proj.detach().abs().amax())
-        proj8 = to_e4m3(proj, proj_scale)
+        proj_scale = fp8_scale(proj.detach().abs().amax())
+        proj8 = to_fp8(proj, proj_scale)
         # _scaled_mm wants its first operand row-major and its second column-major: the transpose of proj8
         out = torch._scaled_mm(post8, proj8.T, scale_a=post_scale, scale_b=proj_scale, out_dtype=torch.bfloat16)
         proj_norm = proj.detach().float().norm(dim=0).amax()  # its columns' largest norm
@@ -3097,10 +3092,10 @@ class ReluSquareMLP(torch.autograd.Function):
             grad_pre = relu_square_linear_backward(grad_out, proj, post)
             return grad_pre @ fc, grad_pre.T @ x, grad_out.T @ post, None
         x8, fc8, proj8, post, post8_t, fc_scale, post_scale, proj_scale, proj_norm = ctx.saved_tensors
-        out_scale = e5m2_scale(grad_out.abs().amax())
-        grad_out8, grad_out8_t = to_fp8_clamped(grad_out, out_scale, torch.float8_e5m2)
+        out_scale = fp8_scale(grad_out.abs().amax(), torch.float8_e5m2)
+        grad_out8, grad_out8_t = to_fp8_both_layouts(grad_out, out_scale, torch.float8_e5m2)
         pre_bound = grad_out.float().norm(dim=1).amax() * proj_norm * 2 * (post_scale * 448).sqrt()
-        pre_scale = e5m2_scale(pre_bound)
+        pre_scale = fp8_scale(pre_bound, torch.float8_e5m2)
         grad_pre8, grad_pre8_t = relu_square_linear_backward_fp8(grad_out8, proj8.T.contiguous(), post,
                                                                  out_scale * proj_scale, pre_scale)
         x_scale, bf16 = scalar(ctx.x_scale, grad_out), torch.bfloat16

@@ -139,7 +139,7 @@ def test_relu_square_matmul_kernel_against_float64(tokens):
     # forward: the exact product of the e4m3 values, scaled, in bf16, and its e4m3 copies at a scale a quarter
     # of its maximum's (some values clamped at 448), against torch's cast of the exact product
     scales = 768**0.5 / 448, fc.abs().max().item() / 448
-    x8, fc8 = tg.to_e4m3(x, scales[0]), tg.to_e4m3(fc, scales[1])
+    x8, fc8 = tg.to_fp8(x, scales[0]), tg.to_fp8(fc, scales[1])
     torch.full((tokens, 3072), float("nan"), device="cuda", dtype=torch.bfloat16)
     exact = (scales[0] * scales[1] * x8.double() @ fc8.double().T).relu().square()
     post_scale = torch.tensor(exact.max().item() / 4 / 448, device="cuda")
@@ -154,7 +154,7 @@ def test_relu_square_matmul_kernel_against_float64(tokens):
     # gradient in e5m2 at a quarter of its maximum's scale (some clamped at 57344), in both layouts
     grad_scale, proj_scale = grad.abs().max().item() / 57344, proj.abs().max().item() / 448
     grad8 = (grad.float() / grad_scale).to(torch.float8_e5m2)
-    proj8 = tg.to_e4m3(proj, proj_scale)
+    proj8 = tg.to_fp8(proj, proj_scale)
     exact = (grad_scale * proj_scale * grad8.double() @ proj8.double()) * 2 * post.double().sqrt()
     pre_scale = torch.tensor(exact.abs().max().item() / 4 / 57344, device="cuda")
     torch.full((tokens, 3072), float("nan"), device="cuda", dtype=torch.bfloat16)
