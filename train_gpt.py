@@ -612,6 +612,32 @@ class RowExchange:
         return local, summed[segment]
 
 
+def sum_of(tensors):
+    """The sum of same-shaped tensors."""
+    return functools.reduce(torch.add, tensors)
+
+
+@functools.cache
+def compiled_sum_of():
+    """sum_of compiled (on a GPU): one kernel that reads each tensor once and writes the sum once."""
+    return torch.compile(sum_of, dynamic=False, fullgraph=True)
+
+
+class FanOut(torch.autograd.Function):
+    """t handed to n consumers as n aliases, whose gradients are summed in one pass when the last arrives. Given
+    t itself, autograd adds each consumer's gradient as it arrives, pairwise: two reads and a write of t's size
+    per consumer, where this reads each once. x0 has 12 consumers and the n-gram embedding 7: their 17 pairwise
+    adds (of the 42 residual-sized ones, 3.1 ms, in a step at 49K tokens on an H100) become two sums."""
+
+    @staticmethod
+    def forward(ctx, t, n):
+        return tuple(t.view_as(t) for _ in range(n))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (compiled_sum_of() if grads[0].is_cuda else sum_of)(grads), None
+
+
 class GPT(nn.Module):
     def __init__(self, args: Hyperparameters, fp8, world_size=1):
         super().__init__()
@@ -675,15 +701,18 @@ class GPT(nn.Module):
             value_embeds[layer] = table(inputs)
         embed = self.head.weight if state.tied else self.embed.weight
         e = F.embedding(inputs, embed).to(self.embed.weight.dtype)  # bf16 activations on GPU
-        x0 = rms_norm(self.smear(e))
-        ngram = self.ngram(batch)
+        # x0 enters every layer, the n-gram embedding every attention layer after the first (FanOut)
+        ngram_layers = [i for i, block in enumerate(self.blocks) if i > 0 and block.attn is not None]
+        x0, *layer_x0 = FanOut.apply(rms_norm(self.smear(e)), 1 + L)
+        ngram, *layer_ngrams = FanOut.apply(self.ngram(batch), 1 + len(ngram_layers))
+        layer_ngrams = dict(zip(ngram_layers, layer_ngrams))
         x = x0 + self.ngram_weights[0] * ngram
         entering, saved = x, L - SAVED_RESIDUAL_READERS - 1
         outputs = {}  # of the layers read later: the skip's source, the saved residual, the head's sources
         for i, (block, window) in enumerate(zip(self.blocks, self.layer_windows(state.windows))):
             skip = (outputs[self.skip_from], self.skip_lambda) if i == self.skip_to else None
-            layer_ngram = (ngram, self.ngram_weights[i]) if i > 0 else None
-            x = block(x, x0, value_embeds[i], skip, layer_ngram, batch.seqs, window, outputs.get(saved))
+            layer_ngram = (layer_ngrams[i], self.ngram_weights[i]) if i in layer_ngrams else None
+            x = block(x, layer_x0[i], value_embeds[i], skip, layer_ngram, batch.seqs, window, outputs.get(saved))
             if i in (self.skip_from, saved, *self.dense_layers):
                 outputs[i] = x
         sources = [entering, *(outputs[i] for i in self.dense_layers), value_embeds[self.value_layers[0]]]

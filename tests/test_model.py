@@ -755,6 +755,32 @@ def test_initial_weights_follow_the_public_record():
         assert abs(table.weight.std().item() - 0.01) < 1e-3
 
 
+def test_fan_out_hands_out_aliases_and_sums_their_gradients_at_once():
+    """FanOut: n aliases of t, forward; backward, the sum of their gradients (float64), in one call of sum_of
+    when the last has arrived, the gradients of outputs used several times summed first."""
+    t = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    a, b, c = tg.FanOut.apply(t, 3)
+    assert all(torch.equal(out, t) for out in (a, b, c))
+    weights = torch.randn(3, 5, 3, dtype=torch.float64)
+    (weights[0] * a + weights[1] * b + weights[2] * c + weights[2] * c).sum().backward()
+    assert torch.allclose(t.grad, weights[0] + weights[1] + 2 * weights[2])
+
+
+def test_model_hands_x0_and_the_ngram_embedding_out_through_fan_out(monkeypatch):
+    """The smoke model's backward sums x0's gradient over its 5 consumers (the n-gram mix and the 4 layers) and
+    the n-gram embedding's over its 3 (layer 0's mix, then layers 1 and 2, the attention layers after the first),
+    each in one sum_of."""
+    torch.manual_seed(0)
+    model = tg.GPT(SMOKE, fp8=False)
+    for p in model.parameters():
+        p.data.normal_(0, 0.02)  # not zero-initialised: every consumer gets a gradient
+    summed = []
+    plain = tg.sum_of
+    monkeypatch.setattr(tg, "sum_of", lambda tensors: summed.append(len(tensors)) or plain(tensors))
+    model(packed_batch([0, 100, 256]), tg.StepState((64, 128), (128,), tied=True)).backward()
+    assert SMOKE.layers == "LlsM" and sorted(summed) == [3, 5]
+
+
 def test_gradient_of_a_batch_is_the_sum_over_its_halves():
     """Documents end at the split: the halves hold the same documents, at other packed positions. The key
     offset, the smear and the n-gram hashes reach one token across a document start by design (as in the
