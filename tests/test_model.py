@@ -756,8 +756,8 @@ def test_initial_weights_follow_the_public_record():
 
 
 def test_fan_out_hands_out_aliases_and_sums_their_gradients_at_once():
-    """FanOut: n aliases of t, forward; backward, the sum of their gradients (float64), in one call of sum_of
-    when the last has arrived, the gradients of outputs used several times summed first."""
+    """FanOut: n aliases of t, forward; backward, the sum of their gradients (float64), an output used twice
+    counted twice."""
     t = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
     a, b, c = tg.FanOut.apply(t, 3)
     assert all(torch.equal(out, t) for out in (a, b, c))
