@@ -23,6 +23,7 @@ stage's trace is about 12 MB of JSON on an H100, 0.8 MB gzipped, and the device 
 limits): open them in Perfetto side by side to see where one rank waits for another.
 """
 import argparse
+import re
 import statistics
 import sys
 from collections import Counter
@@ -49,6 +50,20 @@ def kernel_kind(name):
     if any(s in name for s in ("gemm", "cutlass", "sm90_xmma", "nvjet", "scaled_mm", "matmul")):
         return "matmul"
     return "other"
+
+
+def short_name(name, width=90):
+    """A kernel's name without "void", namespaces and its argument list, cut at `width` characters: PyTorch's
+    elementwise kernels share their first 60 characters of namespaces, and only the functor in the template
+    arguments tells a fill from an add."""
+    name = re.sub(r"\(anonymous namespace\)::|\b\w+::", "", name.removeprefix("void "))
+    depth = 0
+    for i, char in enumerate(name):  # the argument list opens at the first "(" outside the template's <>
+        depth += (char == "<") - (char == ">")
+        if char == "(" and depth == 0:
+            name = name[:i]
+            break
+    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 def merge(intervals):
@@ -170,7 +185,7 @@ def main():
     loader = tg.PrefetchLoader(tg.train_source(args, rank, world_size, pin_memory=cuda), device)
     optimizers = tg.make_optimizers(model, args, world_size)
 
-    rows, traced = [], None
+    rows = []
     for i, step_numbers in stage_steps(tg, args):
         shape = tg.train_shape(args, world_size, tg.TRAINING_STAGES[i])
         run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.warmup)
@@ -178,17 +193,16 @@ def main():
         by_kind, exposed, busy, others, optimizer, gaps, prof = profile_steps(model, loader, shape, optimizers,
                                                                               step_numbers, args, world_size,
                                                                               own.steps, device)
-        if own.trace_stage in (None, i):
-            traced = prof
+        # exported at once: a profile's GPU events read back as time 0 once a later profile has run
+        if own.trace_stage == i or (own.trace_stage is None and i == stages[-1]):
+            Path(ROOT, "traces").mkdir(exist_ok=True)
+            prof.export_chrome_trace(str(ROOT / "traces" / f"step_profile_rank{rank}.json.gz"))
         shares = [exposed / step_ms]
         if world_size > 1:
             shares = [None] * world_size
             dist.all_gather_object(shares, exposed / step_ms)
         rows.append((i, tg.attention_windows(step_numbers[0], args), step_ms, statistics.median(queued), busy,
                      by_kind, exposed, shares, gaps, optimizer))
-    if traced is not None:
-        Path(ROOT, "traces").mkdir(exist_ok=True)
-        traced.export_chrome_trace(str(ROOT / "traces" / f"step_profile_rank{rank}.json.gz"))
     if rank == 0:
         print(f"{world_size} × {torch.cuda.get_device_name(device) if cuda else 'CPU'}, per stage its first two "
               f"steps in turn, {own.steps} times each after {own.warmup}, each loss read once the next step is "
@@ -218,13 +232,13 @@ def main():
         print("|---:|---:|---:|---|---|")
         for i, *_, gaps, _ in rows:
             for ms, count, before, after in gaps:
-                print(f"| {i} | {ms:.2f} | {count:.1f} | `{before[:60]}` | `{after[:60]}` |")
+                print(f"| {i} | {ms:.2f} | {count:.1f} | `{short_name(before)}` | `{short_name(after)}` |")
         print(f"\nstage {rows[-1][0]}: the {own.top} largest of {len(others)} other kernels, "
               f"{sum(ms for _, ms, _ in others):.1f} ms per step in all")
         print("| kernel | ms per step | launches per step |")
         print("|---|---:|---:|")
         for name, ms, launches in others[: own.top]:
-            print(f"| `{name[:100]}` | {ms:.2f} | {launches:.0f} |")
+            print(f"| `{short_name(name)}` | {ms:.2f} | {launches:.0f} |")
     if world_size > 1:
         dist.destroy_process_group()
 

@@ -45,6 +45,20 @@ def test_idle_gaps_group_the_waits_by_the_kernels_around_them():
     assert step_profile.idle_gaps([], profiled=2) == []
 
 
+def test_short_kernel_names_keep_what_tells_kernels_apart():
+    """The elementwise kernels that a 2-GPU profile (session 9) showed as one name cut at 60 characters, a fill
+    and an add, come apart once namespaces and arguments are gone; a Triton kernel's name stays whole; a long
+    one is cut at the width, marked."""
+    prefix = "void at::native::vectorized_elementwise_kernel<4, at::native::"
+    fill = prefix + "FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"
+    add = prefix + "CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)"
+    assert step_profile.short_name(fill) == "vectorized_elementwise_kernel<4, FillFunctor<float>, array<char*, 1ul> >"
+    assert step_profile.short_name(add) == "vectorized_elementwise_kernel<4, CUDAFunctor_add<float>, array<char*, 3ul> >"
+    assert step_profile.short_name("triton_poi_fused_add_mul_0") == "triton_poi_fused_add_mul_0"
+    lambda_kernel = prefix + "(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&)::{lambda()#1}, x>(int)"
+    assert step_profile.short_name(lambda_kernel, width=40) == "vectorized_elementwise_kernel<4, launch…"
+
+
 def test_kernel_kinds_by_name():
     kinds = [step_profile.kernel_kind(name) for name in (
         "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "void flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel",
