@@ -49,14 +49,17 @@ def test_short_kernel_names_keep_what_tells_kernels_apart():
     """The elementwise kernels that a 2-GPU profile (session 9) showed as one name cut at 60 characters, a fill
     and an add, come apart once namespaces and arguments are gone; a Triton kernel's name stays whole; a long
     one is cut at the width, marked."""
-    prefix = "void at::native::vectorized_elementwise_kernel<4, at::native::"
-    fill = prefix + "FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"
-    add = prefix + "CUDAFunctor_add<float>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)"
-    assert step_profile.short_name(fill) == "vectorized_elementwise_kernel<4, FillFunctor<float>, array<char*, 1ul> >"
-    assert step_profile.short_name(add) == "vectorized_elementwise_kernel<4, CUDAFunctor_add<float>, array<char*, 3ul> >"
+    def elementwise(functor, arrays):
+        types = f"at::native::{functor}, std::array<char*, {arrays}>"
+        return f"void at::native::vectorized_elementwise_kernel<4, {types} >(int, {types})"
+
+    kept = "vectorized_elementwise_kernel<4, {}, array<char*, {}> >"
+    assert step_profile.short_name(elementwise("FillFunctor<float>", "1ul")) == kept.format("FillFunctor<float>", "1ul")
+    assert (step_profile.short_name(elementwise("CUDAFunctor_add<float>", "3ul"))
+            == kept.format("CUDAFunctor_add<float>", "3ul"))
     assert step_profile.short_name("triton_poi_fused_add_mul_0") == "triton_poi_fused_add_mul_0"
-    lambda_kernel = prefix + "(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&)::{lambda()#1}, x>(int)"
-    assert step_profile.short_name(lambda_kernel, width=40) == "vectorized_elementwise_kernel<4, launch…"
+    clamp = "(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&)::{lambda()#1}"
+    assert step_profile.short_name(elementwise(clamp, "2ul"), width=40) == "vectorized_elementwise_kernel<4, launch…"
 
 
 def test_kernel_kinds_by_name():
