@@ -663,6 +663,8 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(dim, args.head_dim, self.rotary, fp8, attention=letter in "LlSs",
                                           long_window=i in self.long_layers, value_embed=i in self.value_layers,
                                           mlp=letter != "-") for i, letter in enumerate(args.layers))
+        # the layers that read the n-gram embedding after their attention: every attention layer but the first
+        self.ngram_layers = [i for i, block in enumerate(self.blocks) if i > 0 and block.attn is not None]
         # one skip connection (the public record's #45): the output of layer L//3 joins the residual stream
         # entering layer L//2 + 1, weighted 0.5 sigmoid(skip_lambda), 0.09 at first
         self.skip_from, self.skip_to = L // 3, L // 2 + 1
@@ -701,11 +703,10 @@ class GPT(nn.Module):
             value_embeds[layer] = table(inputs)
         embed = self.head.weight if state.tied else self.embed.weight
         e = F.embedding(inputs, embed).to(self.embed.weight.dtype)  # bf16 activations on GPU
-        # x0 enters every layer, the n-gram embedding every attention layer after the first (FanOut)
-        ngram_layers = [i for i, block in enumerate(self.blocks) if i > 0 and block.attn is not None]
+        # x0 enters every layer, the n-gram embedding layer 0 and the ngram_layers (FanOut)
         x0, *layer_x0 = FanOut.apply(rms_norm(self.smear(e)), 1 + L)
-        ngram, *layer_ngrams = FanOut.apply(self.ngram(batch), 1 + len(ngram_layers))
-        layer_ngrams = dict(zip(ngram_layers, layer_ngrams))
+        ngram, *layer_ngrams = FanOut.apply(self.ngram(batch), 1 + len(self.ngram_layers))
+        layer_ngrams = dict(zip(self.ngram_layers, layer_ngrams))
         x = x0 + self.ngram_weights[0] * ngram
         entering, saved = x, L - SAVED_RESIDUAL_READERS - 1
         outputs = {}  # of the layers read later: the skip's source, the saved residual, the head's sources
