@@ -3007,9 +3007,9 @@ def _(x, w):
     return x.new_empty(x.size(0), w.size(0))
 
 
-def fp8_and_transposed(t, dtype):
-    """Two empty FP8 tensors: one of t's shape (2-D) and one of its transpose's."""
-    return t.new_empty(t.shape, dtype=dtype), t.new_empty(t.shape[::-1], dtype=dtype)
+def fp8_and_transposed(t, rows, cols, dtype):
+    """Two empty FP8 tensors on t's device: (rows, cols) and its transpose's shape."""
+    return t.new_empty(rows, cols, dtype=dtype), t.new_empty(cols, rows, dtype=dtype)
 
 
 def to_fp8_both_layouts(t, scale, dtype):
@@ -3020,24 +3020,22 @@ def to_fp8_both_layouts(t, scale, dtype):
 
 @torch.library.custom_op("train_gpt::relu_square_linear_fp8", mutates_args=())
 def relu_square_linear_fp8(x8: torch.Tensor, w8: torch.Tensor, scale: torch.Tensor,
-                           post_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The activation of FP8 operands: relu(x8 @ w8.T * scale)^2 (scale: the product of their scales) in bf16,
-    which the backward pass reads; and the same in e4m3 at post_scale, clamped at 448, row-major (the output
-    projection's operand) and transposed (its weight gradient's). All three are written from the one
-    accumulator."""
+                           post_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The activation of FP8 operands, relu(x8 @ w8.T * scale)^2 (scale: the product of their scales), in e4m3
+    at post_scale, clamped at 448: row-major (the output projection's operand, and what the backward pass
+    reads) and transposed (the projection's weight gradient's). There is no bf16 copy: writing one doubled
+    the bytes the kernel writes, and its time was the writes'."""
     if not fused_mlp_kernels(x8, w8.T):
         post = F.relu(F.linear(x8.float(), w8.float()) * scale).square()
-        return post.bfloat16(), *to_fp8_both_layouts(post, post_scale, torch.float8_e4m3fn)
-    post = x8.new_empty(x8.size(0), w8.size(0), dtype=torch.bfloat16)
-    post8, post8_t = fp8_and_transposed(post, torch.float8_e4m3fn)
-    relu_square_matmul(x8, w8.T, post, scale=scale, copy=post8, copy_t=post8_t, copy_scale=post_scale)
-    return post, post8, post8_t
+        return to_fp8_both_layouts(post, post_scale, torch.float8_e4m3fn)
+    post8, post8_t = fp8_and_transposed(x8, x8.size(0), w8.size(0), torch.float8_e4m3fn)
+    relu_square_matmul(x8, w8.T, scale=scale, copy=post8, copy_t=post8_t, copy_scale=post_scale)
+    return post8, post8_t
 
 
 @relu_square_linear_fp8.register_fake
 def _(x8, w8, scale, post_scale):
-    post = x8.new_empty(x8.size(0), w8.size(0), dtype=torch.bfloat16)
-    return post, *fp8_and_transposed(post, torch.float8_e4m3fn)
+    return fp8_and_transposed(x8, x8.size(0), w8.size(0), torch.float8_e4m3fn)
 
 
 @torch.library.custom_op("train_gpt::relu_square_linear_backward", mutates_args=())
@@ -3057,24 +3055,25 @@ def _(grad_out, w, post):
 
 
 @torch.library.custom_op("train_gpt::relu_square_linear_backward_fp8", mutates_args=())
-def relu_square_linear_backward_fp8(grad_out8: torch.Tensor, w8_t: torch.Tensor, post: torch.Tensor,
+def relu_square_linear_backward_fp8(grad_out8: torch.Tensor, w8_t: torch.Tensor, post8: torch.Tensor,
                                     scale: torch.Tensor, grad_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """relu_square_linear_backward of FP8 operands (grad_out8 in e5m2; w8_t, the projection's e4m3 weight
-    transposed, so that the kernel reads it along its reduction dimension, as FP8 tensor cores need): the
-    pre-activation's gradient (grad_out8 @ w8_t.T * scale) * 2 sqrt(post) in e5m2 at grad_scale, row-major (x's
-    gradient's operand) and transposed (fc's gradient's); no bf16 copy."""
+    transposed, so that the kernel reads it along its reduction dimension, as FP8 tensor cores need; post8, the
+    forward's e4m3 activation): the pre-activation's gradient (grad_out8 @ w8_t.T * scale) * 2 sqrt(post8) in
+    e5m2 at grad_scale, row-major (x's gradient's operand) and transposed (fc's gradient's); no bf16 copy.
+    scale: the product of the operands' scales and of the square root of post8's."""
     if not fused_mlp_kernels(grad_out8, w8_t.T):
-        grad_pre = (grad_out8.float() @ w8_t.float().T) * scale * 2 * post.float().sqrt()
+        grad_pre = (grad_out8.float() @ w8_t.float().T) * scale * 2 * post8.float().sqrt()
         return to_fp8_both_layouts(grad_pre, grad_scale, torch.float8_e5m2)
-    grad_pre8, grad_pre8_t = fp8_and_transposed(post, torch.float8_e5m2)
-    relu_square_matmul(grad_out8, w8_t.T, post=post, scale=scale, copy=grad_pre8, copy_t=grad_pre8_t,
+    grad_pre8, grad_pre8_t = fp8_and_transposed(post8, *post8.shape, torch.float8_e5m2)
+    relu_square_matmul(grad_out8, w8_t.T, post=post8, scale=scale, copy=grad_pre8, copy_t=grad_pre8_t,
                        copy_scale=grad_scale)
     return grad_pre8, grad_pre8_t
 
 
 @relu_square_linear_backward_fp8.register_fake
-def _(grad_out8, w8_t, post, scale, grad_scale):
-    return fp8_and_transposed(post, torch.float8_e5m2)
+def _(grad_out8, w8_t, post8, scale, grad_scale):
+    return fp8_and_transposed(post8, *post8.shape, torch.float8_e5m2)
 
 
 class ReluSquareMLP(torch.autograd.Function):
@@ -3086,9 +3085,10 @@ class ReluSquareMLP(torch.autograd.Function):
     saved: 5 % slower per step in an A/B of the backward with them):
     - x @ fc.T: x in e4m3 at the fixed scale sqrt(dim) / 448, as x is RMS-normalised (|x| <= sqrt(dim)); fc
       at amax(|fc|) / 448, taken afresh at every call.
-    - post @ proj.T: the kernel writes post in e4m3 too, at a scale that no value can exceed:
+    - post @ proj.T: the kernel writes post in e4m3 alone, at a scale that no value can exceed:
       (x . fc_i)^2 <= |x|^2 |fc_i|^2 <= dim max_i |fc_i|^2 (Cauchy-Schwarz; fc's row norms are a pass over the
-      weight only), and transposed, for proj's gradient. proj at amax(|proj|) / 448.
+      weight only), and transposed, for proj's gradient. proj at amax(|proj|) / 448. The e4m3 post is what
+      is kept for the backward pass too: relu(.) = sqrt(post) within half of e4m3's rounding, about 3 %.
     - The backward pass: the output's gradient in e5m2 at its amax (a pass over a 1x-wide tensor), row-major
       and transposed; the fused kernel writes the pre-activation's gradient in e5m2 in both layouts, at a
       bound that no value can exceed either: |grad_out_t . proj_j| 2 sqrt(post_tj) <= |grad_out_t| |proj_j|
@@ -3106,13 +3106,13 @@ class ReluSquareMLP(torch.autograd.Function):
         (x8, ctx.x_scale), fc_scale = normed_e4m3(x), fp8_scale(fc.detach().abs().amax())
         fc8 = to_fp8(fc, fc_scale)
         post_scale = fp8_scale(fc.detach().float().square().sum(1).amax() * x.size(-1))
-        post, post8, post8_t = relu_square_linear_fp8(x8, fc8, ctx.x_scale * fc_scale, post_scale)
+        post8, post8_t = relu_square_linear_fp8(x8, fc8, ctx.x_scale * fc_scale, post_scale)
         proj_scale = fp8_scale(proj.detach().abs().amax())
         proj8 = to_fp8(proj, proj_scale)
         # _scaled_mm wants its first operand row-major and its second column-major: the transpose of proj8
         out = torch._scaled_mm(post8, proj8.T, scale_a=post_scale, scale_b=proj_scale, out_dtype=torch.bfloat16)
         proj_norm = proj.detach().float().norm(dim=0).amax()  # its columns' largest norm
-        ctx.save_for_backward(x8, fc8, proj8, post, post8_t, fc_scale, post_scale, proj_scale, proj_norm)
+        ctx.save_for_backward(x8, fc8, proj8, post8, post8_t, fc_scale, post_scale, proj_scale, proj_norm)
         return out
 
     @staticmethod
@@ -3121,13 +3121,13 @@ class ReluSquareMLP(torch.autograd.Function):
             x, fc, proj, post = ctx.saved_tensors
             grad_pre = relu_square_linear_backward(grad_out, proj, post)
             return grad_pre @ fc, grad_pre.T @ x, grad_out.T @ post, None
-        x8, fc8, proj8, post, post8_t, fc_scale, post_scale, proj_scale, proj_norm = ctx.saved_tensors
+        x8, fc8, proj8, post8, post8_t, fc_scale, post_scale, proj_scale, proj_norm = ctx.saved_tensors
         out_scale = fp8_scale(grad_out.abs().amax(), torch.float8_e5m2)
         grad_out8, grad_out8_t = to_fp8_both_layouts(grad_out, out_scale, torch.float8_e5m2)
         pre_bound = grad_out.float().norm(dim=1).amax() * proj_norm * 2 * (post_scale * 448).sqrt()
         pre_scale = fp8_scale(pre_bound, torch.float8_e5m2)
-        grad_pre8, grad_pre8_t = relu_square_linear_backward_fp8(grad_out8, proj8.T.contiguous(), post,
-                                                                 out_scale * proj_scale, pre_scale)
+        grad_pre8, grad_pre8_t = relu_square_linear_backward_fp8(grad_out8, proj8.T.contiguous(), post8,
+                                                                 out_scale * proj_scale * post_scale.sqrt(), pre_scale)
         x_scale, bf16 = scalar(ctx.x_scale, grad_out), torch.bfloat16
         grad_x = torch._scaled_mm(grad_pre8, fc8.T.contiguous().T, scale_a=pre_scale, scale_b=fc_scale, out_dtype=bf16)
         grad_fc = torch._scaled_mm(grad_pre8_t, x8.T.contiguous().T, scale_a=pre_scale, scale_b=x_scale,

@@ -77,8 +77,8 @@ def graphed_ms(fn, reps):
 
 def kernel_rows(tokens, fc, proj, tiles, fp8_tiles, reps):
     """(tokens, kernel, tile, ms, cuBLAS ms) for each tile of each kernel, as training calls them: forward bf16,
-    forward FP8 (post in bf16, and in e4m3 in both layouts), backward bf16, backward FP8 (the hidden gradient
-    in e5m2 in both layouts, no bf16 copy)."""
+    forward FP8 (post in e4m3 in both layouts, no bf16 copy), backward bf16, backward FP8 (from post in e4m3,
+    the hidden gradient in e5m2 in both layouts, no bf16 copy)."""
     x = tg.rms_norm(torch.randn(tokens, fc.size(1), device="cuda")).bfloat16()
     g = torch.randn(tokens, fc.size(1), device="cuda", dtype=torch.bfloat16)
     fc16, proj16 = fc.detach().bfloat16(), proj.detach().bfloat16()
@@ -88,18 +88,17 @@ def kernel_rows(tokens, fc, proj, tiles, fp8_tiles, reps):
     g8, proj8_t = g.to(torch.float8_e5m2), tg.to_fp8(proj16, tg.fp8_scale(proj16.abs().amax())).T.contiguous()
     one = torch.ones((), device="cuda")
     out = torch.empty_like(post)
-    e4, e5 = tg.fp8_and_transposed(post, torch.float8_e4m3fn), tg.fp8_and_transposed(post, torch.float8_e5m2)
+    e4, e5 = (tg.fp8_and_transposed(post, *post.shape, dtype) for dtype in (torch.float8_e4m3fn, torch.float8_e5m2))
     kernels = [
         ("forward, bf16", torch.bfloat16, tiles, lambda: tg.relu_square_matmul(x, fc16.T, out),
          lambda: F.linear(x, fc16)),
         ("forward, FP8", torch.float8_e4m3fn, fp8_tiles,
-         lambda: tg.relu_square_matmul(x8, fc8.T, out, scale=x_scale * fc_scale, copy=e4[0], copy_t=e4[1],
-                                       copy_scale=one),
+         lambda: tg.relu_square_matmul(x8, fc8.T, scale=x_scale * fc_scale, copy=e4[0], copy_t=e4[1], copy_scale=one),
          lambda: torch._scaled_mm(x8, fc8.T, one, one, out_dtype=torch.bfloat16)),
         ("backward, bf16", torch.bfloat16, tiles, lambda: tg.relu_square_matmul(g, proj16, out, post),
          lambda: g @ proj16),
         ("backward, FP8", torch.float8_e5m2, fp8_tiles,
-         lambda: tg.relu_square_matmul(g8, proj8_t.T, post=post, scale=one, copy=e5[0], copy_t=e5[1], copy_scale=one),
+         lambda: tg.relu_square_matmul(g8, proj8_t.T, post=e4[0], scale=one, copy=e5[0], copy_t=e5[1], copy_scale=one),
          lambda: torch._scaled_mm(g8, proj8_t.T, one, one, out_dtype=torch.bfloat16)),
     ]
     rows = []

@@ -1440,8 +1440,8 @@ def test_fp8_mlp_runs_all_six_matmuls_on_its_operands_rounded_at_their_scales():
     rounded to e4m3 at their scales (x at sqrt(dim) / 448, fc at amax / 448, none saturating); the output is
     that activation and proj rounded to e4m3 (at the bound of the activation and at amax / 448), multiplied.
     Backward: the output's gradient in e5m2 at its amax; the pre-activation's gradient, from it, proj's e4m3
-    and the bf16 activation, in e5m2 at its Cauchy-Schwarz bound, which no value reaches; each gradient the
-    product of those rounded operands. Both within FP8's error of the exact ones; compiled in one graph, the
+    and the e4m3 activation (the forward's product's operand, the only copy kept), in e5m2 at its
+    Cauchy-Schwarz bound, which no value reaches; each gradient the product of those rounded operands. Both within FP8's error of the exact ones; compiled in one graph, the
     same numbers."""
     torch.manual_seed(0)
     x = tg.rms_norm(torch.randn(80, 64)).bfloat16()
@@ -1473,7 +1473,7 @@ def test_fp8_mlp_runs_all_six_matmuls_on_its_operands_rounded_at_their_scales():
     exact = F.linear(F.relu(F.linear(x.double(), fc.double())).square(), proj.double())
     assert 1e-3 < rel_error(out, exact) < 0.15  # FP8 moved it, not much
     grad8 = e8(grad, grad.float().abs().max() / 57344, e5)
-    grad_pre = (grad8 @ proj8) * 2 * post.bfloat16().float().sqrt()  # from the bf16 activation
+    grad_pre = (grad8 @ proj8) * 2 * post8.sqrt()  # from the e4m3 activation
     pre_bound = grad.float().norm(dim=1).max() * proj.float().norm(dim=0).max() * 2 * post_bound.sqrt()
     assert grad_pre.abs().max() < pre_bound / 8  # the bound: loose, never reached
     grad_pre8 = e8(grad_pre, pre_bound / 57344, e5)
