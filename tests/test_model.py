@@ -1441,8 +1441,8 @@ def test_fp8_mlp_runs_all_six_matmuls_on_its_operands_rounded_at_their_scales():
     that activation and proj rounded to e4m3 (at the bound of the activation and at amax / 448), multiplied.
     Backward: the output's gradient in e5m2 at its amax; the pre-activation's gradient, from it, proj's e4m3
     and the e4m3 activation (the forward's product's operand, the only copy kept), in e5m2 at its
-    Cauchy-Schwarz bound, which no value reaches; each gradient the product of those rounded operands. Both within FP8's error of the exact ones; compiled in one graph, the
-    same numbers."""
+    Cauchy-Schwarz bound, which no value reaches; each gradient the product of those rounded operands. Both
+    within FP8's error of the exact ones; compiled in one graph, the same numbers."""
     torch.manual_seed(0)
     x = tg.rms_norm(torch.randn(80, 64)).bfloat16()
     fc, proj = (0.1 * torch.randn(256, 64)).bfloat16(), (0.1 * torch.randn(64, 256)).bfloat16()
