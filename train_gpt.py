@@ -3088,7 +3088,9 @@ class ReluSquareMLP(torch.autograd.Function):
     - post @ proj.T: the kernel writes post in e4m3 alone, at a scale that no value can exceed:
       (x . fc_i)^2 <= |x|^2 |fc_i|^2 <= dim max_i |fc_i|^2 (Cauchy-Schwarz; fc's row norms are a pass over the
       weight only), and transposed, for proj's gradient. proj at amax(|proj|) / 448. The e4m3 post is what
-      is kept for the backward pass too: relu(.) = sqrt(post) within half of e4m3's rounding, about 3 %.
+      is kept for the backward pass too: relu(.) = sqrt(post) within half of e4m3's rounding, about 3 %, where
+      post is in e4m3's normal range. The loose scale puts small activations among its subnormals, coarser, or
+      at zero, where their derivative is small too and the forward's product has already lost them.
     - The backward pass: the output's gradient in e5m2 at its amax (a pass over a 1x-wide tensor), row-major
       and transposed; the fused kernel writes the pre-activation's gradient in e5m2 in both layouts, at a
       bound that no value can exceed either: |grad_out_t . proj_j| 2 sqrt(post_tj) <= |grad_out_t| |proj_j|
