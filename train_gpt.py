@@ -2113,8 +2113,9 @@ def compile_regions(model):
     # kernels, 2.75 s of a warm start on an H100). Each keeps its first variant instead.
     torch._inductor.config.dynamic_scale_rblock = False
     # AOTAutograd keeps no cache entry for a graph that calls a torch.autograd.Function (the head's loss, the
-    # fused MLP) unless allowed to: a warm start traced the joint graph of those 12 graphs again (3 per shape;
-    # 1.7-3.3 s of aot_trace_joint_graph on an H100's host, and their partitioning). The Function's forward and
+    # fused MLP, attention's FP8 projection) unless allowed to: a warm start traced the joint graphs of those
+    # graphs again (12 of them, 3 per shape, when the head and the MLP were the only such Functions: 1.7-3.3 s of
+    # aot_trace_joint_graph on an H100's host, and their partitioning). The Function's forward and
     # backward are traced into the graph, so into the cache key: a changed backward misses.
     torch._functorch.config.autograd_cache_allow_custom_autograd_functions = True
     for block in model.blocks:
