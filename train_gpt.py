@@ -302,10 +302,10 @@ class Rotary(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, dim, head_dim, rotary, key_offset=False, value_embed=False):
+    def __init__(self, dim, head_dim, rotary, fp8, key_offset=False, value_embed=False):
         super().__init__()
         self.num_heads, self.head_dim = dim // head_dim, head_dim
-        self.key_offset = key_offset
+        self.key_offset, self.fp8 = key_offset, fp8
         bound = 0.5 * 3**0.5 * dim**-0.5
         self.qkv = nn.Parameter(torch.empty(3, dim, dim).uniform_(-bound, bound))  # NorMuon sees q, k, v apart
         self.rotary = rotary
@@ -319,8 +319,9 @@ class Attention(nn.Module):
 
     def project(self, x, value_embed):
         """Queries, keys and values of the normalised input x: (tokens, heads, head_dim) each."""
-        T = x.size(0)
-        qkv = F.linear(x, self.qkv.flatten(0, 1).type_as(x)).view(T, 3 * self.num_heads, self.head_dim)
+        T, w = x.size(0), self.qkv.flatten(0, 1).type_as(x)
+        fp8 = self.fp8 and torch.is_grad_enabled()  # validation in bf16, as the MLP's and the head's
+        qkv = (NormedLinearFP8.apply(x, w) if fp8 else F.linear(x, w)).view(T, 3 * self.num_heads, self.head_dim)
         q, k, v = qkv.chunk(3, dim=1)
         q, k = self.rotary(rms_norm(q)), self.rotary(rms_norm(k))
         if self.key_offset:  # each key's position-free dimensions from the token before (public record #49)
@@ -363,7 +364,7 @@ class Block(nn.Module):
     def __init__(self, dim, head_dim, rotary, fp8, attention=True, long_window=False, value_embed=False, mlp=True):
         super().__init__()
         self.residual_mix = nn.Parameter(torch.tensor([1.0, 0.0]))  # residual stream vs. the embedding x0
-        self.attn = Attention(dim, head_dim, rotary, long_window, value_embed) if attention else None
+        self.attn = Attention(dim, head_dim, rotary, fp8, long_window, value_embed) if attention else None
         self.mlp = MLP(dim, fp8) if mlp else None
 
     def forward(self, x, x0, value_embed, skip, ngram, seqs, window, attend_from=None):
@@ -2112,8 +2113,9 @@ def compile_regions(model):
     # kernels, 2.75 s of a warm start on an H100). Each keeps its first variant instead.
     torch._inductor.config.dynamic_scale_rblock = False
     # AOTAutograd keeps no cache entry for a graph that calls a torch.autograd.Function (the head's loss, the
-    # fused MLP) unless allowed to: a warm start traced the joint graph of those 12 graphs again (3 per shape;
-    # 1.7-3.3 s of aot_trace_joint_graph on an H100's host, and their partitioning). The Function's forward and
+    # fused MLP, attention's FP8 projection) unless allowed to: a warm start traced the joint graphs of those
+    # graphs again (12 of them, 3 per shape, when the head and the MLP were the only such Functions: 1.7-3.3 s of
+    # aot_trace_joint_graph on an H100's host, and their partitioning). The Function's forward and
     # backward are traced into the graph, so into the cache key: a changed backward misses.
     torch._functorch.config.autograd_cache_allow_custom_autograd_functions = True
     for block in model.blocks:
@@ -2817,9 +2819,28 @@ def fp8_scale(bound, dtype=torch.float8_e4m3fn):
 
 def normed_e4m3(x):
     """An RMS-normalised x in float8 e4m3 at the fixed scale sqrt(dim) / 448 (|x| <= sqrt(dim)), which needs
-    no pass over the data to find its range; and that scale. The head's and the MLP's input."""
+    no pass over the data to find its range; and that scale. The input of the head, the MLP and attention."""
     scale = x.size(-1) ** 0.5 / 448
     return to_fp8(x, scale), scale
+
+
+class NormedLinearFP8(torch.autograd.Function):
+    """x @ w.T for an RMS-normalised x (attention's input), the forward product in FP8: x at normed_e4m3's fixed
+    scale and w at its amax / 448, neither a pass over an activation. The backward stays in bf16: in FP8 its
+    operands need an amax pass and transposed copies, which cost more than the matmuls saved (+11 % a step
+    with the q, k, v projection's backward in FP8, session 6)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        (x8, x_scale), w_scale = normed_e4m3(x), fp8_scale(w.detach().abs().amax())
+        return torch._scaled_mm(x8, to_fp8(w, w_scale).T, scale_a=scalar(x_scale, x), scale_b=w_scale,
+                                out_dtype=x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return grad @ w, grad.T @ x
 
 
 class HeadLoss(torch.autograd.Function):

@@ -1614,7 +1614,7 @@ def test_key_offset_takes_the_position_free_dimensions_from_the_previous_token()
     previous token's (the first token keeps its own), so one query-key product sees two tokens' content."""
     torch.manual_seed(0)
     rotary = tg.Rotary(32, max_len=16)
-    plain, offset = (tg.Attention(64, 32, rotary, key_offset=flag) for flag in (False, True))
+    plain, offset = (tg.Attention(64, 32, rotary, False, key_offset=flag) for flag in (False, True))
     offset.load_state_dict(plain.state_dict())
     x = torch.randn(16, 64)
     (_, k, v), (_, k_off, v_off) = plain.project(x, None), offset.project(x, None)
@@ -1624,11 +1624,42 @@ def test_key_offset_takes_the_position_free_dimensions_from_the_previous_token()
     assert torch.equal(k_off[1:, :, still], k[:-1, :, still]) and torch.equal(k_off[0], k[0])
 
 
+def test_fp8_attention_projects_its_operands_rounded_to_e4m3_and_back_propagates_in_bf16():
+    """With fp8, attention's q, k, v projection multiplies x rounded to e4m3 at sqrt(dim) / 448 (x is
+    RMS-normalised) and the weight at its amax / 448; its gradients are the bf16 products of the unrounded
+    operands. Without gradients (validation) it is the bf16 product; compiled, one graph and the same numbers."""
+    torch.manual_seed(0)
+    attn = tg.Attention(64, 32, tg.Rotary(32, max_len=96), True).bfloat16()
+    x = tg.rms_norm(torch.randn(96, 64)).bfloat16().requires_grad_()
+    w = attn.qkv.flatten(0, 1)
+    out = tg.NormedLinearFP8.apply(x, w)
+    x_scale, w_scale = 64**0.5 / 448, w.detach().float().abs().max() / 448
+    rounded = F.linear(e8(x, x_scale, torch.float8_e4m3fn), e8(w, w_scale, torch.float8_e4m3fn))
+    assert out.dtype == torch.bfloat16 and rel_error(out, rounded) < 1e-2
+    assert rel_error(out, F.linear(x.float(), w.float())) > 1e-2  # FP8 moved it
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad(out, (x, w), grad)
+    assert torch.equal(got[0], grad @ w.detach()) and torch.equal(got[1], grad.T @ x.detach())
+    q, k, v = attn.project(x, None)
+    assert rel_error(v, attn.value_scale * out.view(96, 6, 32)[:, 4:]) < 1e-2
+    with torch.no_grad():
+        assert torch.equal(attn.project(x, None)[2], attn.value_scale * F.linear(x, w).view(96, 6, 32)[:, 4:])
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(tg.NormedLinearFP8.apply, backend="aot_eager", fullgraph=True)
+        again = x.detach().clone().requires_grad_()
+        out_again = compiled(again, w)
+        assert torch.equal(out_again, out)
+        assert torch.equal(torch.autograd.grad(out_again, again, grad)[0], got[0])
+    finally:
+        torch._dynamo.reset()
+
+
 def test_exclusive_self_attention_removes_each_heads_component_along_its_own_value():
     """xsa = 0 leaves the output as it was but learns (tanh' is 1 there); otherwise each head's output loses
     tanh(xsa) of its projection on the token's own value, and with tanh(xsa) = 1 it is orthogonal to it."""
     torch.manual_seed(0)
-    attn = tg.Attention(64, 32, tg.Rotary(32, max_len=8))
+    attn = tg.Attention(64, 32, tg.Rotary(32, max_len=8), False)
     with torch.no_grad():
         attn.out.weight.copy_(torch.eye(64))  # the output is then half (sigmoid(0)) of the gated y, flattened
     x, y, v = torch.randn(8, 64), torch.randn(8, 2, 32), torch.randn(8, 2, 32)
