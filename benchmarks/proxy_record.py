@@ -1,4 +1,4 @@
-"""Proxy time-to-loss runs on one GPU, the measure of issues 13 and 14, in one command.
+"""Proxy time-to-loss runs on one GPU (or several: --gpus), the measure of issues 13 and 14, in one command.
 
     python benchmarks/proxy_record.py --runs 3 --out records/<date>_proxy_<name> [any train_gpt flag]
 
@@ -10,7 +10,8 @@ first run compiles (keep --compile_cache between calls); the record is the mean 
 
 Run i (from 0) draws its initial weights with --seed i, so that the runs' spread, which the t-test weighs,
 includes the initialisation's, as in the public speedrun, whose runs are not seeded. A --seed among the flags
-holds every run to that seed (an A/B of two revisions on the same draw).
+holds every run to that seed (an A/B of two revisions on the same draw). With --gpus N each run is torchrun's
+N processes on this host's first N GPUs: the same global batch, each rank its share.
 """
 import argparse
 import lzma
@@ -44,6 +45,13 @@ def run_flags(flags, run):
     return [*flags, "--seed", str(run)]
 
 
+def run_command(script, gpus):
+    """The command that runs `script` once: in this Python, or torchrun's `gpus` processes of it."""
+    if gpus == 1:
+        return [sys.executable, script]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}", script]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3, help="training runs, one after another")
@@ -51,6 +59,7 @@ def main():
     parser.add_argument("--proxy", default=str(ROOT / ".proxy"), help="folder of the xz-compressed proxy shards")
     parser.add_argument("--script", default="train_gpt.py",
                         help="the script to run, relative to the repository: another revision's copy, for an A/B")
+    parser.add_argument("--gpus", type=int, default=1, help="processes (GPUs) per run, through torchrun")
     own, flags = parser.parse_known_args()
     decompress(Path(own.proxy), ROOT / "data" / "proxy")
     out = Path(own.out)
@@ -58,7 +67,8 @@ def main():
     for run in range(own.runs):
         before = set((ROOT / "logs").glob("*.txt"))
         clock = time.perf_counter()
-        subprocess.run([sys.executable, own.script, *PROXY_FLAGS, *run_flags(flags, run)], cwd=ROOT, check=True)
+        subprocess.run([*run_command(own.script, own.gpus), *PROXY_FLAGS, *run_flags(flags, run)], cwd=ROOT,
+                       check=True)
         (log,) = set((ROOT / "logs").glob("*.txt")) - before
         shutil.copy(log, out / log.name)
         print(f"run {run + 1} of {own.runs}: {log.name}, {time.perf_counter() - clock:.0f} s with start-up",

@@ -1,6 +1,7 @@
 """The arithmetic of the benchmarks: exposed communication, proxy run seeds, a run's steps, step times from
 loss reads, copies overlapping compute."""
 import json
+import sys
 
 import pytest
 
@@ -105,6 +106,12 @@ def test_proxy_runs_each_draw_their_own_seed_unless_one_is_given():
     assert proxy_record.run_flags(["--seed", "7"], 2) == ["--seed", "7"]
     assert proxy_record.run_flags(["--seed=7"], 1) == ["--seed=7"]
     assert proxy_record.run_flags(["--seed_data"], 1)[-2:] == ["--seed", "1"]  # another flag, not --seed
+
+
+def test_proxy_record_runs_one_process_or_torchrun_s():
+    assert proxy_record.run_command("train_gpt.py", 1) == [sys.executable, "train_gpt.py"]
+    assert proxy_record.run_command("train_gpt.py", 2) == [sys.executable, "-m", "torch.distributed.run",
+                                                           "--standalone", "--nproc_per_node=2", "train_gpt.py"]
 
 
 def test_loader_overlap_step_time_is_the_median_pair_of_steps_between_loss_reads():
