@@ -2817,6 +2817,12 @@ def fp8_scale(bound, dtype=torch.float8_e4m3fn):
     return bound.float().clamp_min(2**-100) / torch.finfo(dtype).max
 
 
+def to_fp8_at_amax(t):
+    """t in e4m3 at the scale of its largest magnitude (a pass over t: for weights), and that scale."""
+    scale = fp8_scale(t.detach().abs().amax())
+    return to_fp8(t, scale), scale
+
+
 def normed_e4m3(x):
     """An RMS-normalised x in float8 e4m3 at the fixed scale sqrt(dim) / 448 (|x| <= sqrt(dim)), which needs
     no pass over the data to find its range; and that scale. The input of the head, the MLP and attention."""
@@ -2833,9 +2839,8 @@ class NormedLinearFP8(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w):
         ctx.save_for_backward(x, w)
-        (x8, x_scale), w_scale = normed_e4m3(x), fp8_scale(w.detach().abs().amax())
-        return torch._scaled_mm(x8, to_fp8(w, w_scale).T, scale_a=scalar(x_scale, x), scale_b=w_scale,
-                                out_dtype=x.dtype)
+        (x8, x_scale), (w8, w_scale) = normed_e4m3(x), to_fp8_at_amax(w)
+        return torch._scaled_mm(x8, w8.T, scale_a=scalar(x_scale, x), scale_b=w_scale, out_dtype=x.dtype)
 
     @staticmethod
     def backward(ctx, grad):
@@ -3126,12 +3131,10 @@ class ReluSquareMLP(torch.autograd.Function):
             post = relu_square_linear(x, fc)
             ctx.save_for_backward(x, fc, proj, post)
             return F.linear(post, proj)
-        (x8, ctx.x_scale), fc_scale = normed_e4m3(x), fp8_scale(fc.detach().abs().amax())
-        fc8 = to_fp8(fc, fc_scale)
+        (x8, ctx.x_scale), (fc8, fc_scale) = normed_e4m3(x), to_fp8_at_amax(fc)
         post_scale = fp8_scale(fc.detach().float().square().sum(1).amax() * x.size(-1))
         post8, post8_t = relu_square_linear_fp8(x8, fc8, ctx.x_scale * fc_scale, post_scale)
-        proj_scale = fp8_scale(proj.detach().abs().amax())
-        proj8 = to_fp8(proj, proj_scale)
+        proj8, proj_scale = to_fp8_at_amax(proj)
         # _scaled_mm wants its first operand row-major and its second column-major: the transpose of proj8
         out = torch._scaled_mm(post8, proj8.T, scale_a=post_scale, scale_b=proj_scale, out_dtype=torch.bfloat16)
         proj_norm = proj.detach().float().norm(dim=0).amax()  # its columns' largest norm
