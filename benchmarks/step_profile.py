@@ -13,7 +13,8 @@ span from the first kernel to the last, profiled: the rest is the GPU waiting), 
 (matmuls, attention, NCCL, the rest) and the exposed communication: the time during which an NCCL kernel ran
 and no other kernel did, the part of communication that the step waits for. NCCL kernels also count the time
 they spend waiting for the slowest rank, so their own total overstates the transfers; the exposed time is the
-figure to report, as a share of the step (rank 0's, min and max over ranks). Then the optimizers' steps per
+figure to report, as a share of the step (rank 0's, min and max over ranks), and the part of it that is the n-gram
+table's exchange of rows and gradients (all_to_all). Then the optimizers' steps per
 stage: the host's time in each step() call and the span of its kernels on the GPU, which show what the
 optimizers cost a host-bound step. Then, per stage, where the GPU waits: the gaps between kernels, grouped by
 the kernel before and after each (idle_gaps). Then the `--top` kernels of the last stage outside matmuls,
@@ -50,6 +51,12 @@ def kernel_kind(name):
     if any(s in name for s in ("gemm", "cutlass", "sm90_xmma", "nvjet", "scaled_mm", "matmul")):
         return "matmul"
     return "other"
+
+
+def is_row_exchange(name):
+    """The n-gram table's exchanges of rows and their gradients (all_to_all: NCCL's send/receive kernels)."""
+    name = name.lower()
+    return "nccl" in name and ("sendrecv" in name or "alltoall" in name)
 
 
 def short_name(name, width=90):
@@ -138,7 +145,8 @@ def optimizer_times(annotations, profiled):
 
 
 def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_size, steps, device):
-    """Kernel time by kind (ms per step), exposed communication (ms per step), the GPU's busy share, the
+    """Kernel time by kind (ms per step), exposed communication and the part of it that is the n-gram table's
+    row exchange (ms per step), the GPU's busy share, the
     "other" kernels' time by name (ms per step, and launches per step) and the optimizers' (optimizer_times),
     profiled."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -156,14 +164,16 @@ def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_si
         if kind == "other":
             other_time[e.name] += (end - start) / 1000 / profiled
             other_launches[e.name] += 1 / profiled
-    exposed = exposed_time([(s, e) for k, s, e in kernels if k == "nccl"],
-                           [(s, e) for k, s, e in kernels if k != "nccl"]) / 1000 / profiled
+    compute = [(s, e) for k, s, e in kernels if k != "nccl"]
+    exposed = exposed_time([(s, e) for k, s, e in kernels if k == "nccl"], compute) / 1000 / profiled
+    exchange = exposed_time([(s, e) for event, (_, s, e) in zip(events, kernels) if is_row_exchange(event.name)],
+                            compute) / 1000 / profiled
     busy = busy_share([(s, e) for _, s, e in kernels])
     others = [(name, ms, other_launches[name]) for name, ms in other_time.most_common()]
     optimizer = optimizer_times([(e.name, e.device_type == DeviceType.CUDA, e.time_range.elapsed_us())
                                  for e in prof.events() if e.is_user_annotation], profiled)
     gaps = idle_gaps([(e.name, start, end) for e, (_, start, end) in zip(events, kernels)], profiled)
-    return by_kind, exposed, busy, others, optimizer, gaps, prof
+    return by_kind, (exposed, exchange), busy, others, optimizer, gaps, prof
 
 
 def main():
@@ -190,7 +200,7 @@ def main():
         shape = tg.train_shape(args, world_size, tg.TRAINING_STAGES[i])
         run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.warmup)
         step_ms, queued = run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.steps)
-        by_kind, exposed, busy, others, optimizer, gaps, prof = profile_steps(model, loader, shape, optimizers,
+        by_kind, (exposed, exchange), busy, others, optimizer, gaps, prof = profile_steps(model, loader, shape, optimizers,
                                                                               step_numbers, args, world_size,
                                                                               own.steps, device)
         # exported at once: a profile's GPU events read back as time 0 once a later profile has run
@@ -202,7 +212,7 @@ def main():
             shares = [None] * world_size
             dist.all_gather_object(shares, exposed / step_ms)
         rows.append((i, tg.attention_windows(step_numbers[0], args), step_ms, statistics.median(queued), busy,
-                     by_kind, exposed, shares, gaps, optimizer))
+                     by_kind, exposed, exchange, shares, gaps, optimizer))
     if rank == 0:
         print(f"{world_size} × {torch.cuda.get_device_name(device) if cuda else 'CPU'}, per stage its first two "
               f"steps in turn, {own.steps} times each after {own.warmup}, each loss read once the next step is "
@@ -211,12 +221,13 @@ def main():
               "host-bound step queues in about its whole time); GPU busy: the union of its kernels over their "
               "span, profiled")
         print("| stage | windows | step | host | GPU busy | matmul | attention | NCCL | other | exposed "
-              "communication | share of step: rank 0, min–max over ranks |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for i, windows, step_ms, host, busy, by_kind, exposed, shares, *_ in rows:
+              "communication | share of step: rank 0, min–max over ranks | of which the n-gram rows' exchange |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for i, windows, step_ms, host, busy, by_kind, exposed, exchange, shares, *_ in rows:
             kinds = " | ".join(f"{by_kind[k]:.1f}" for k in ("matmul", "attention", "nccl", "other"))
             print(f"| {i} | {windows} | {step_ms:.1f} ms | {host:.1f} ms | {busy:.1%} | {kinds} | {exposed:.1f} "
-                  f"ms | {shares[0]:.1%}, {min(shares):.1%}–{max(shares):.1%} |")
+                  f"ms | {shares[0]:.1%}, {min(shares):.1%}–{max(shares):.1%} | {exchange:.2f} ms, "
+                  f"{exchange / step_ms:.1%} |")
         names = sorted({name for row in rows for name in row[-1]})
         print("\nthe optimizers' steps, ms per step (rank 0, profiled: the profiler slows the host): the host's time "
               "in each step() call / the span of its kernels on the GPU (Adam steps on odd steps only)")

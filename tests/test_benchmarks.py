@@ -69,6 +69,10 @@ def test_kernel_kinds_by_name():
         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "nvjet_tst_192x192_64x3_1x2_h_bz_coopA_NTN",
         "relu_square_matmul_kernel", "triton_poi_fused_add_mul_0")]
     assert kinds == ["nccl", "attention", "matmul", "matmul", "matmul", "other"]
+    exchanges = [step_profile.is_row_exchange(name) for name in (
+        "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "ncclDevKernel_AllToAll_f32",
+        "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "ncclDevKernel_AllGather_RING_LL", "triton_poi_fused_send_0")]
+    assert exchanges == [True, True, False, False, False]
 
 
 def test_optimizer_times_split_host_and_gpu_per_optimizer_and_step():
