@@ -11,10 +11,13 @@ first run compiles (keep --compile_cache between calls); the record is the mean 
 Run i (from 0) draws its initial weights with --seed i, so that the runs' spread, which the t-test weighs,
 includes the initialisation's, as in the public speedrun, whose runs are not seeded. A --seed among the flags
 holds every run to that seed (an A/B of two revisions on the same draw). With --gpus N each run is torchrun's
-N processes on this host's first N GPUs: the same global batch, each rank its share.
+N processes on this host's first N GPUs: the same global batch, each rank its share. Two of these started side by
+side from one folder, each on its own GPU (CUDA_VISIBLE_DEVICES), keep their runs' logs apart: a run's log is
+found by the run_id it prints.
 """
 import argparse
 import lzma
+import os
 import shutil
 import subprocess
 import sys
@@ -32,7 +35,8 @@ def decompress(proxy_dir, data_dir):
     for archive in sorted(proxy_dir.glob("*.bin.xz")):
         shard = data_dir / archive.name.removesuffix(".xz")
         if not shard.exists():
-            partial = shard.with_name(shard.name + ".partial")
+            # each process its own partial file: runs started side by side may both decompress (the same bytes)
+            partial = shard.with_name(f"{shard.name}.{os.getpid()}.partial")
             with lzma.open(archive) as source, open(partial, "wb") as target:
                 shutil.copyfileobj(source, target, 1 << 24)
             partial.replace(shard)
@@ -52,6 +56,24 @@ def run_command(script, gpus):
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}", script]
 
 
+def run_logged(command):
+    """Run one training run, its console passed through, and return its log's path, read from the run_id line the
+    run prints: not from the files new in logs/, where another run from the same folder (an A/B side by side on
+    two GPUs) may be writing too."""
+    run_id = None
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as process:
+        for line in process.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            if run_id is None and line.startswith("run_id: "):
+                run_id = line.split()[1]
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, command)
+    if run_id is None:
+        sys.exit("error: the run printed no run_id line, so its log is not known")
+    return ROOT / "logs" / f"{run_id}.txt"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3, help="training runs, one after another")
@@ -65,11 +87,8 @@ def main():
     out = Path(own.out)
     out.mkdir(parents=True, exist_ok=True)
     for run in range(own.runs):
-        before = set((ROOT / "logs").glob("*.txt"))
         clock = time.perf_counter()
-        subprocess.run([*run_command(own.script, own.gpus), *PROXY_FLAGS, *run_flags(flags, run)], cwd=ROOT,
-                       check=True)
-        (log,) = set((ROOT / "logs").glob("*.txt")) - before
+        log = run_logged([*run_command(own.script, own.gpus), *PROXY_FLAGS, *run_flags(flags, run)])
         shutil.copy(log, out / log.name)
         print(f"run {run + 1} of {own.runs}: {log.name}, {time.perf_counter() - clock:.0f} s with start-up",
               flush=True)

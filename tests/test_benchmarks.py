@@ -1,6 +1,7 @@
 """The arithmetic of the benchmarks: exposed communication, proxy run seeds, a run's steps, step times from
 loss reads, copies overlapping compute."""
 import json
+import subprocess
 import sys
 
 import pytest
@@ -116,6 +117,19 @@ def test_proxy_record_runs_one_process_or_torchrun_s():
     assert proxy_record.run_command("train_gpt.py", 1) == [sys.executable, "train_gpt.py"]
     assert proxy_record.run_command("train_gpt.py", 2) == [sys.executable, "-m", "torch.distributed.run",
                                                            "--standalone", "--nproc_per_node=2", "train_gpt.py"]
+
+
+def test_proxy_record_finds_each_runs_log_by_the_run_id_it_prints(capsys):
+    """Runs side by side from one folder each find their own log: run_logged reads the run_id line that the run
+    prints, passes the run's console through, and stops on a failed run or one that printed no run_id."""
+    script = "print('environment: cpu'); print('run_id: 20261127_010203_abcdef'); print('final val_loss:1.9')"
+    assert proxy_record.run_logged([sys.executable, "-c", script]) == (proxy_record.ROOT / "logs" /
+                                                                       "20261127_010203_abcdef.txt")
+    assert capsys.readouterr().out == "environment: cpu\nrun_id: 20261127_010203_abcdef\nfinal val_loss:1.9\n"
+    with pytest.raises(subprocess.CalledProcessError):
+        proxy_record.run_logged([sys.executable, "-c", "print('run_id: 20261127_010203_abcdef'); exit(3)"])
+    with pytest.raises(SystemExit, match="no run_id"):
+        proxy_record.run_logged([sys.executable, "-c", "print('final val_loss:1.9')"])
 
 
 def test_loader_overlap_step_time_is_the_median_pair_of_steps_between_loss_reads():
