@@ -13,15 +13,15 @@ span from the first kernel to the last, profiled: the rest is the GPU waiting), 
 (matmuls, attention, NCCL, the rest) and the exposed communication: the time during which an NCCL kernel ran
 and no other kernel did, the part of communication that the step waits for. NCCL kernels also count the time
 they spend waiting for the slowest rank, so their own total overstates the transfers; the exposed time is the
-figure to report, as a share of the step (rank 0's, min and max over ranks), and the part of it that is the n-gram
-table's exchange of rows and gradients (all_to_all). Then the optimizers' steps per
-stage: the host's time in each step() call and the span of its kernels on the GPU, which show what the
-optimizers cost a host-bound step. Then, per stage, where the GPU waits: the gaps between kernels, grouped by
-the kernel before and after each (idle_gaps). Then the `--top` kernels of the last stage outside matmuls,
-attention and NCCL, by their time per step, as a list of what "other" holds. Each
-rank's trace of the last stage (or of --trace_stage) goes to traces/step_profile_rank<r>.json.gz, gzipped (a
-stage's trace is about 12 MB of JSON on an H100, 0.8 MB gzipped, and the device machines send files back within
-limits): open them in Perfetto side by side to see where one rank waits for another.
+figure to report, as a share of the step (rank 0's, min and max over ranks), with the part of it that is the
+n-gram table's exchange of rows and gradients (all_to_all). Then the optimizers' steps per stage: the host's time
+in each step() call and the span of its kernels on the GPU, which show what the optimizers cost a host-bound
+step. Then, per stage, where the GPU waits: the gaps between kernels, grouped by the kernel before and after
+each (idle_gaps). Then the `--top` kernels of the last stage outside matmuls, attention and NCCL, by their time
+per step, as a list of what "other" holds. Each rank's trace of the last stage (or of --trace_stage) goes to
+traces/step_profile_rank<r>.json.gz, gzipped (a stage's trace is about 12 MB of JSON on an H100, 0.8 MB gzipped,
+and the device machines send files back within limits): open them in Perfetto side by side to see where one
+rank waits for another.
 """
 import argparse
 import re
@@ -146,9 +146,8 @@ def optimizer_times(annotations, profiled):
 
 def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_size, steps, device):
     """Kernel time by kind (ms per step), exposed communication and the part of it that is the n-gram table's
-    row exchange (ms per step), the GPU's busy share, the
-    "other" kernels' time by name (ms per step, and launches per step) and the optimizers' (optimizer_times),
-    profiled."""
+    row exchange (ms per step), the GPU's busy share, the "other" kernels' time by name (ms per step, and
+    launches per step) and the optimizers' (optimizer_times), profiled."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, steps)
@@ -200,9 +199,8 @@ def main():
         shape = tg.train_shape(args, world_size, tg.TRAINING_STAGES[i])
         run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.warmup)
         step_ms, queued = run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.steps)
-        by_kind, (exposed, exchange), busy, others, optimizer, gaps, prof = profile_steps(model, loader, shape, optimizers,
-                                                                              step_numbers, args, world_size,
-                                                                              own.steps, device)
+        by_kind, (exposed, exchange), busy, others, optimizer, gaps, prof = profile_steps(
+            model, loader, shape, optimizers, step_numbers, args, world_size, own.steps, device)
         # exported at once: a profile's GPU events read back as time 0 once a later profile has run
         if own.trace_stage == i or (own.trace_stage is None and i == stages[-1]):
             Path(ROOT, "traces").mkdir(exist_ok=True)
