@@ -514,7 +514,11 @@ class NgramTable(nn.Module):
     With several ranks the table is sharded: row r lives on rank r % world_size, as its row r // world_size
     (a hash spreads a step's rows evenly over the ranks). A fetch asks each owner for the rows it holds and
     receives them (RowExchange), and keeps the exchange, by which RowAdam sends their gradients back. Every rank
-    fetches as often as the others (once a step, once a validation batch: serve() where it has no batch)."""
+    fetches as often as the others (once a step, once a validation batch: serve() where it has no batch).
+
+    A training step fetches the next step's rows once RowAdam has updated the table (fetch_ahead, the rows from
+    PrefetchLoader.upcoming). With several ranks the rows' values then travel while NorMuon steps: NCCL runs the
+    exchange on its own stream, and the next step's first fetch() makes the compute stream wait for it."""
 
     def __init__(self, rows, dim, capacity, world_size=1):
         super().__init__()
@@ -533,19 +537,31 @@ class NgramTable(nn.Module):
         self.register_buffer("signs", signs.sign().to(self.table.device), persistent=False)
         self.fetched = None  # the rows in the cache
         self.exchange = None  # the last fetch's, with several ranks: RowExchange
+        self.arriving = None  # a fetch ahead's exchange of values, still running (torch.distributed's Work)
 
     @torch.no_grad()
-    def fetch(self, rows, owners):
-        """Gather `rows` of the table into the cache, unless they are there already (a step's next micro-batch);
-        owners: how many of them each rank holds (they come grouped by rank: gather_ngram_rows)."""
+    def fetch(self, rows, owners, ahead=False):
+        """Gather `rows` of the table into the cache, unless they are there already (a step's next micro-batch,
+        or fetched ahead); owners: how many of them each rank holds (they come grouped by rank:
+        gather_ngram_rows). ahead: with several ranks, return while their values are on their way."""
+        if self.arriving is not None:
+            self.arriving.wait()  # on a GPU: the current stream waits for the exchange, not the host
+            self.arriving = None
         if rows is self.fetched:
             return
         if self.world_size == 1:
             torch.index_select(self.table, 0, rows, out=self.cache.data[: len(rows)])
         else:
             self.exchange = RowExchange(rows, owners, self.world_size, self.host_group)
-            self.exchange.receive(self.table, out=self.cache.data[: len(rows)])
+            self.arriving = self.exchange.receive(self.table, out=self.cache.data[: len(rows)], async_op=ahead)
         self.fetched = rows
+
+    def fetch_ahead(self, rows, owners, copied):
+        """Fetch the next step's rows (PrefetchLoader.upcoming), once the event `copied` says they are on the
+        device (None: they are), so that its forward pass finds them in the cache."""
+        if copied is not None:
+            torch.cuda.current_stream().wait_event(copied)
+        self.fetch(rows, owners, ahead=True)
 
     def serve(self):
         """Take part in the other ranks' fetch while asking for no rows (validation: this rank's batches ran out)."""
@@ -593,9 +609,10 @@ class RowExchange:
         self.asked = rows.new_empty(sum(self.received))
         dist.all_to_all_single(self.asked, rows // world_size, self.received, self.sent)
 
-    def receive(self, table, out):
-        """The rows asked for, from their owners' tables, into `out` in the order they were asked for."""
-        dist.all_to_all_single(out, table[self.asked.long()], self.sent, self.received)
+    def receive(self, table, out, async_op=False):
+        """The rows asked for, from their owners' tables, into `out` in the order they were asked for; async_op:
+        return the exchange's Work, still running."""
+        return dist.all_to_all_single(out, table[self.asked.long()], self.sent, self.received, async_op=async_op)
 
     def send_back(self, grad):
         """Each row's gradient (grad, in the order the rows were asked for) to its owner: the local rows this rank
@@ -1802,6 +1819,16 @@ class PrefetchLoader:
             self.cursor = cursor
         self.uploaded = self.building = None
 
+    def upcoming(self, shape):
+        """What the table needs of the batch that the next send(shape) will return, to fetch its rows ahead
+        (NgramTable.fetch_ahead): its n-gram rows, on their way to the device, how many of them each rank holds,
+        and the event after their copy (None on a CPU). None if that batch is not on its way: it will be rebuilt
+        at another shape, or its build failed."""
+        if not isinstance(self.uploaded, tuple) or self.uploaded[0].shape != shape:
+            return None
+        host, tensors = self.uploaded
+        return tensors[HOST_FIELDS.index("ngram_rows")], host.ngram_owners, host.buffers.copied
+
     def send(self, shape):
         if isinstance(self.uploaded, tuple) and self.uploaded[0].shape != shape:
             self.restart()
@@ -2198,9 +2225,11 @@ class MicroStepGraphs:
         return graph, static, loss
 
 
-def train_step(model, micro_batches, optimizers, step, args, world_size):
+def train_step(model, micro_batches, optimizers, step, args, world_size, upcoming=None):
     """One optimizer step over a step's micro-batches; returns the mean loss per token (a device scalar).
-    Adam steps on odd steps only, on the gradients of two steps."""
+    Adam steps on odd steps only, on the gradients of two steps. upcoming: the next step's n-gram rows
+    (PrefetchLoader.upcoming), fetched once RowAdam has updated the table; None: the next step's forward pass
+    fetches its rows."""
     adam, normuon, row_adam = optimizers
     if not is_tied(step, args) and adam.late is not None:  # the first untied step (benchmarks skip steps)
         adam.untie(model.head.weight)  # the embedding, Adam's late parameter, starts as the head's copy
@@ -2221,9 +2250,11 @@ def train_step(model, micro_batches, optimizers, step, args, world_size):
     if world_size > 1:  # most gradients are summed during the last micro-batch's backward pass
         start_reductions([normuon, adam] if adam_step else [normuon], model.grad_events)
         reductions.append(dist.all_reduce(loss, async_op=True))
+    row_adam.step(micro_batches[0].ngram_rows, step)
+    if upcoming is not None:
+        model.ngram.fetch_ahead(*upcoming)  # with several ranks, the rows' values travel while NorMuon steps
     normuon.step()
     normuon.zero_grad(set_to_none=False)  # in place: the graphs hold the gradients' addresses
-    row_adam.step(micro_batches[0].ngram_rows, step)
     for work in reductions:
         work.wait()
     if adam_step:
@@ -2408,7 +2439,10 @@ class Run:
     def train_step(self, step):
         """Queue training step `step` on its batch; returns its loss (a device scalar)."""
         batch = self.train_loader.send(self.shapes[stage_index(step, self.args)])
-        return train_step(self.model, batch, self.optimizers, step, self.args, self.world_size)
+        upcoming = None
+        if step + 1 < total_steps(self.args):
+            upcoming = self.train_loader.upcoming(self.shapes[stage_index(step + 1, self.args)])
+        return train_step(self.model, batch, self.optimizers, step, self.args, self.world_size, upcoming)
 
     @torch.no_grad()
     def evaluate(self, step, num_batches=None, bar=None):

@@ -50,6 +50,9 @@ class SynchronousLoader:
         self.buffers.copied.record()
         return tg._micro_batches(host, tensors)
 
+    def upcoming(self, shape):
+        return None  # the next batch is not built yet: its forward pass fetches its n-gram rows
+
 
 class ResidentLoader:
     def __init__(self, batch):
@@ -57,6 +60,9 @@ class ResidentLoader:
 
     def send(self, shape):
         return self.batch
+
+    def upcoming(self, shape):
+        return self.batch[0].ngram_rows, self.batch[0].ngram_owners, None  # on the device already
 
 
 def stage_steps(args, stage):
@@ -76,8 +82,9 @@ def run_steps(model, loader, shape, step_numbers, args, count, optimizers, world
     reads, queued, in_flight = [], [], None
     for k in range(count):
         clock = time.perf_counter()
-        loss = tg.DeferredLoss(tg.train_step(model, loader.send(shape), optimizers,
-                                          step_numbers[k % len(step_numbers)], args, world_size))
+        batch = loader.send(shape)
+        loss = tg.DeferredLoss(tg.train_step(model, batch, optimizers, step_numbers[k % len(step_numbers)], args,
+                                          world_size, loader.upcoming(shape)))
         queued.append(1000 * (time.perf_counter() - clock))
         if in_flight is not None:
             in_flight.read()

@@ -113,9 +113,9 @@ def check_nan_stops_the_run(monkeypatch, flags):
     import train_gpt as tg
     train_step, queued = tg.train_step, []
 
-    def poisoned(model, micro_batches, optimizers, step, args, world_size):
+    def poisoned(model, micro_batches, optimizers, step, args, world_size, upcoming=None):
         queued.append(step)
-        loss = train_step(model, micro_batches, optimizers, step, args, world_size)
+        loss = train_step(model, micro_batches, optimizers, step, args, world_size, upcoming)
         return loss * float("nan") if step == 2 else loss
     monkeypatch.setattr(tg, "train_step", poisoned)
     assert tg.main(flags + ["--scheduled_steps", "6", "--extension_steps", "0"]) == 1

@@ -177,10 +177,10 @@ def test_ctrl_c_ends_the_run_with_one_line_in_the_log_and_status_130(where, work
     """No traceback: the log's last line and stderr say where the run was interrupted."""
     train_step = tg.train_step
 
-    def interrupted_at_step_3(model, micro_batches, optimizers, step, args, world_size):
+    def interrupted_at_step_3(model, micro_batches, optimizers, step, args, world_size, upcoming=None):
         if step == 3:
             raise KeyboardInterrupt
-        return train_step(model, micro_batches, optimizers, step, args, world_size)
+        return train_step(model, micro_batches, optimizers, step, args, world_size, upcoming)
 
     def interrupted(*args):
         raise KeyboardInterrupt
@@ -242,10 +242,10 @@ def warm_up_run(tmp_path_factory):
     def with_grads(model):
         return [n for n, p in model.named_parameters() if p.grad is not None and p.grad.any()]
 
-    def watched(model, micro_batches, optimizers, step, args, world_size):
+    def watched(model, micro_batches, optimizers, step, args, world_size, upcoming=None):
         before = with_grads(model)
         collecting.append(gc.isenabled())
-        loss = train_step(model, micro_batches, optimizers, step, args, world_size)
+        loss = train_step(model, micro_batches, optimizers, step, args, world_size, upcoming)
         steps.append((step, before, with_grads(model)))
         return loss
     with pytest.MonkeyPatch.context() as patch:

@@ -414,9 +414,10 @@ def test_work_after_gradient_events_sees_each_replay_s_final_gradients_before_it
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
-def nccl_sharded_table(rank, world_size, port, out_dir):
+def nccl_sharded_table(rank, world_size, port, out_dir, ahead):
     """test_model's sharded-table steps on GPU `rank` of world_size, through NCCL: saves what each fetch brought
-    and this rank's shard after the steps."""
+    and this rank's shard after the steps. ahead: each step's rows are fetched as a fetch ahead (the values'
+    exchange left running), then asked for as the forward pass asks for them."""
     from test_model import sharded_table_steps
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.cuda.set_device(rank)
@@ -432,26 +433,31 @@ def nccl_sharded_table(rank, world_size, port, out_dir):
         for step, per_rank in enumerate(plan):
             read, g = per_rank[rank]
             by_owner = torch.argsort(read % world_size, stable=True)  # as the loader hands them out
-            rows, grad = read[by_owner].cuda(), g[by_owner].cuda()
-            ngram.fetch(rows.int(), tuple(torch.bincount(read % world_size, minlength=world_size).tolist()))
+            rows, grad = read[by_owner].int().cuda(), g[by_owner].cuda()
+            owners = tuple(torch.bincount(read % world_size, minlength=world_size).tolist())
+            if ahead:
+                ngram.fetch_ahead(rows, owners, None)
+            ngram.fetch(rows, owners)  # as the forward pass asks: fetched already, once the values are in
             fetched.append(ngram.cache[: len(rows)].detach().float().cpu())
             ngram.cache.grad = torch.zeros_like(ngram.cache)
             ngram.cache.grad[: len(rows)] = grad.to(ngram.cache.dtype)
-            opt.step(rows.int(), step)
+            opt.step(rows, step)
         torch.save((fetched, ngram.table.float().cpu()), Path(out_dir) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
-def test_sharded_ngram_table_over_nccl_fetches_and_updates_as_one_table_does(tmp_path):
+@pytest.mark.parametrize("ahead", [False, True])
+def test_sharded_ngram_table_over_nccl_fetches_and_updates_as_one_table_does(tmp_path, ahead):
     """The sharded table's all_to_all exchanges through NCCL on 2 GPUs, in bf16, against one process's float32
-    table on the CPU (test_model.run_sharded_table): every fetch, and the shards after 5 steps."""
+    table on the CPU (test_model.run_sharded_table): every fetch, and the shards after 5 steps; with the rows
+    fetched ahead too."""
     from test_model import run_sharded_table, sharded_table_steps
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(nccl_sharded_table, args=(2, port, str(tmp_path)), nprocs=2)
+    mp.spawn(nccl_sharded_table, args=(2, port, str(tmp_path), ahead), nprocs=2)
     table, plan = sharded_table_steps(2)
     single_fetched, single = run_sharded_table(0, 1, 2)
     results = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]

@@ -476,16 +476,25 @@ def test_reductions_started_in_the_backward_pass_sum_each_ranks_share_as_one_pro
 TRAIN_STEPS = ["--smoke", "--scheduled_steps", "6", "--extension_steps", "0", "--untie_frac", "0.5"]
 
 
-def run_train_steps(rank, world_size, num_shares):
+def run_train_steps(rank, world_size, num_shares, ahead=False):
     """The six steps of TRAIN_STEPS (the untie after step 3, Adam on odd steps) through train_step, as rank
-    `rank` of world_size: each rank trains on its micro-batches of every step; one process takes them all."""
+    `rank` of world_size: each rank trains on its micro-batches of every step; one process takes them all.
+    ahead: each step is given the next step's n-gram rows to fetch (upcoming), and the next step's forward pass
+    must find them in the table's cache."""
     args = tg.parse_args(TRAIN_STEPS)
     model = tg.build_model(args, torch.device("cpu"), world_size)
-    adam, normuon, row_adam = optimizers = tg.make_optimizers(model, args, world_size)
+    optimizers = tg.make_optimizers(model, args, world_size)
     source = tg.TrainSource(args.train_files, rank, world_size, repeat=True, ngram_rows=args.ngram_rows)
     shapes = [tg.train_shape(args, world_size, tg.TRAINING_STAGES[tg.stage_index(s, args)]) for s in range(6)]
-    losses = [tg.train_step(model, batch, optimizers, step, args, world_size).item()
-              for step, batch in enumerate(tg.synchronous_batches(source, shapes))]
+    batches = list(tg.synchronous_batches(source, shapes))
+    losses = []
+    for step, batch in enumerate(batches):
+        upcoming = None
+        if ahead:
+            assert (model.ngram.fetched is batch[0].ngram_rows) == (step > 0)
+            if step + 1 < len(batches):
+                upcoming = batches[step + 1][0].ngram_rows, batches[step + 1][0].ngram_owners, None
+        losses.append(tg.train_step(model, batch, optimizers, step, args, world_size, upcoming).item())
     # the n-gram table's cache holds each rank's own rows, and each rank its shard of the table (rows rank::2)
     weights = {name: p.detach() for name, p in model.named_parameters() if name != "ngram.cache"}
     return losses, weights, model.ngram.table
@@ -507,6 +516,21 @@ def test_two_ranks_train_as_one_process_does_within_rounding(gloo_runs):
     assembled = torch.stack([shard_0, shard_1], dim=1).view_as(table)  # rows 0, 1, 2, ... alternate between ranks
     assert torch.equal(assembled != 0, table != 0)  # the same rows trained
     assert rel_error(assembled, table) < 0.05  # 0.019: rounding, which RowAdam's steps of 0.56 make whole updates
+
+
+def run_train_steps_ahead(rank, world_size, num_shares):
+    return run_train_steps(rank, world_size, num_shares, ahead=True)
+
+
+def test_fetching_the_next_steps_rows_ahead_trains_exactly_as_fetching_them_in_its_forward_pass(gloo_runs):
+    """train_step given the next step's n-gram rows (upcoming) fetches them after RowAdam's update of the table:
+    one process and each of two ranks train the same losses, weights and table, bit for bit, as when each
+    forward pass fetches its own rows (rows fetched before the update would be a step stale)."""
+    for fetched_in_forward, ahead in [(run_train_steps(0, 1, 2), run_train_steps_ahead(0, 1, 2)),
+                                      *zip(gloo_runs(run_train_steps, 2), gloo_runs(run_train_steps_ahead, 2))]:
+        (losses, weights, table), (losses_ahead, weights_ahead, table_ahead) = fetched_in_forward, ahead
+        assert losses_ahead == losses and torch.equal(table_ahead, table) and table.abs().sum() > 0
+        assert all(torch.equal(weights_ahead[name], weights[name]) for name in weights)
 
 
 def sharded_table_steps(world_size, rows=50, dim=6, steps=5):
@@ -580,7 +604,7 @@ def test_sharded_ngram_table_fetches_and_updates_as_one_table_does(world_size, g
 
 
 # The runs of the tests above that share a gloo group (gloo_runs), by world size: one after another in each process.
-GLOO_RUNS = {2: (run_muon, run_adam, run_reductions, run_train_steps, run_sharded_table),
+GLOO_RUNS = {2: (run_muon, run_adam, run_reductions, run_train_steps, run_train_steps_ahead, run_sharded_table),
              4: (run_muon, run_adam, run_sharded_table)}
 
 

@@ -79,6 +79,29 @@ def test_the_loader_hands_out_slots_of_the_steps_rows(make_shards):
         assert set(rows.tolist()) == used
 
 
+def test_the_loader_tells_the_next_batchs_rows_ahead_unless_the_shape_changes(make_shards):
+    """PrefetchLoader.upcoming(shape): the rows and owners of the batch the next send(shape) returns, the very
+    tensor it carries (the table fetches it ahead and its forward pass finds it fetched); None where the next
+    send has another shape (that batch is rebuilt) and before the first send."""
+    rng = np.random.default_rng(3)
+    tokens = np.concatenate([np.concatenate([[tg.BOS], rng.integers(0, 1000, 299)]) for _ in range(40)])
+    pattern = make_shards("upcoming", [tokens.astype(np.uint16)])
+    shape, other = tg.BatchShape(256, 128, 2), tg.BatchShape(128, 128, 2)
+    loader = tg.PrefetchLoader(tg.TrainSource(pattern, 0, 1, repeat=True, ngram_rows=2000), torch.device("cpu"))
+    assert loader.upcoming(shape) is None
+    batch = loader.send(shape)
+    for _ in range(3):
+        rows, owners, copied = loader.upcoming(shape)
+        assert loader.upcoming(other) is None and copied is None  # on a CPU: no copy to wait for
+        following = loader.send(shape)
+        assert rows is following[0].ngram_rows and owners == following[0].ngram_owners == (len(rows),)
+        assert not torch.equal(rows[:50], batch[0].ngram_rows[:50])  # another batch's rows
+        batch = following
+    assert loader.upcoming(shape) is not None
+    loader.send(other)
+    assert loader.upcoming(shape) is None and loader.upcoming(other) is not None
+
+
 def test_ngram_embedding_is_each_rows_signed_sum_and_its_gradient_lands_on_the_rows_read():
     """The lookup reads the step's rows through the cache: bigram row times its sign pattern plus trigram row
     times its; the cache's gradient, in the step's rows, is the gradient of a dense table's rows."""
