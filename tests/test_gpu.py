@@ -388,12 +388,13 @@ def test_work_after_gradient_events_sees_each_replay_s_final_gradients_before_it
     device = torch.device("cuda")
     model = tg.build_model(args, device, 1)
     randomise_zero_initialised(model)  # a zero projection would leave the fc gradient zero
-    events = tg.GradientEvents(model)
+    last = [model.blocks[-1].mlp.fc.weight, model.blocks[-1].mlp.proj.weight]
+    model.grad_events = events = tg.GradientEvents(  # end_pass after each pass: forward_backward's
+        [last] + [[p] for n, p in model.named_parameters() if n != "ngram.cache" and all(p is not q for q in last)])
     source = tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True, ngram_rows=args.ngram_rows)
     loader = tg.PrefetchLoader(source, device)
     state = tg.step_state(0, args)
     model.prepare(state)
-    last = [model.blocks[-1].mlp.fc.weight, model.blocks[-1].mlp.proj.weight]
     for call in range(4):  # uncaptured, captured, replayed twice
         (micro,) = loader.send(tg.BatchShape(16384, 2048, 1))
         model.zero_grad(set_to_none=False)
