@@ -215,6 +215,30 @@ def test_compiled_adam_update_equals_eager_and_compiles_once_per_dtype():
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 2  # bf16 and float32
 
 
+def test_compiled_row_adam_update_equals_eager_and_compiles_once():
+    """RowAdam's compiled arithmetic against the same function run eagerly, over steps that read different numbers
+    of rows (as a step's tokens do), last read at different steps, with step sizes and decays that change as the
+    schedule changes them: one graph for all of them."""
+    torch._dynamo.reset()
+    compiled = torch.compile(tg.row_adam_update, dynamic=True, fullgraph=True)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    table = torch.randn(1000, 64, device="cuda", generator=g).bfloat16()
+    second_moment = torch.rand(1000, device="cuda", generator=g)
+    last_step = torch.randint(-1, 3, (1000,), device="cuda", generator=g, dtype=torch.int32)
+    log_decay = -torch.rand(10, device="cuda", generator=g).double().cumsum(0)
+    for step, n in [(3, 300), (4, 517), (5, 64)]:
+        rows = torch.randperm(1000, device="cuda", generator=g)[:n]
+        grad = torch.randn(n, 64, device="cuda", generator=g).bfloat16()
+        scheduled = torch.tensor([step, 0.01 * step, 0.1 * step], device="cuda")
+        args = (table, rows, grad, second_moment, last_step, log_decay, log_decay[step], scheduled, 0.95, 1e-10)
+        (weights, moment), (eager_weights, eager_moment) = compiled(*args), tg.row_adam_update(*args)
+        assert rel_error(weights.float(), eager_weights.float()) < 1e-2 and rel_error(moment, eager_moment) < 1e-5
+        assert rel_error(weights.float(), table[rows].float()) > 5e-2  # moved far more than rounding
+        table[rows], second_moment[rows], last_step[rows] = eager_weights, eager_moment, step
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 1
+
+
 def test_normuon_replays_its_captured_steps_as_the_cpu_computes_them():
     """On the GPU NorMuon runs a part's arithmetic as written at its first step, captures it at its second and
     replays it from its third, reading the learning rate and momentum from a device tensor: three steps at three
@@ -388,12 +412,13 @@ def test_work_after_gradient_events_sees_each_replay_s_final_gradients_before_it
     device = torch.device("cuda")
     model = tg.build_model(args, device, 1)
     randomise_zero_initialised(model)  # a zero projection would leave the fc gradient zero
-    events = tg.GradientEvents(model)
+    last = [model.blocks[-1].mlp.fc.weight, model.blocks[-1].mlp.proj.weight]
+    model.grad_events = events = tg.GradientEvents(  # end_pass after each pass: forward_backward's
+        [last] + [[p] for n, p in model.named_parameters() if n != "ngram.cache" and all(p is not q for q in last)])
     source = tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True, ngram_rows=args.ngram_rows)
     loader = tg.PrefetchLoader(source, device)
     state = tg.step_state(0, args)
     model.prepare(state)
-    last = [model.blocks[-1].mlp.fc.weight, model.blocks[-1].mlp.proj.weight]
     for call in range(4):  # uncaptured, captured, replayed twice
         (micro,) = loader.send(tg.BatchShape(16384, 2048, 1))
         model.zero_grad(set_to_none=False)

@@ -422,8 +422,8 @@ def run_reductions(rank, world_size, num_shares):
     args = tg.parse_args(["--smoke"])
     model = tg.build_model(args, torch.device("cpu"), world_size)
     randomise_zero_initialised(model)
-    events = model.grad_events or tg.GradientEvents(model)
     adam, normuon, row_adam = optimizers = tg.make_optimizers(model, args, world_size)
+    events = model.grad_events or tg.GradientEvents(normuon.reduction_groups() + adam.reduction_groups())
     source = tg.TrainSource(args.train_files, rank, world_size, repeat=True, ngram_rows=args.ngram_rows)
     for micro in next(tg.synchronous_batches(source, [tg.BatchShape(768, 512, num_shares // world_size)])):
         tg.forward_backward(model, micro, tg.StepState((128, 256), (256,), tied=False))
@@ -614,12 +614,12 @@ def test_reductions_start_in_the_order_the_backward_pass_finishes_gradients():
     the forward pass) after every matrix's; each reduction once."""
     args = tg.parse_args(["--smoke"])
     model = tg.GPT(args, fp8=False)
-    events = tg.GradientEvents(model)
     named = [(n, p) for n, p in model.named_parameters() if tg.param_config(n).optimizer == "normuon"]
     normuon = tg.NorMuon(named, lr=0.01, wd=0.0, world_size=2)  # two ranks: each group in two parts
     adam = tg.Adam([(n, p) for n, p in model.named_parameters() if tg.param_config(n).optimizer == "adam"],
                    lr=0.01, wd=0.0)
     adam.untie(model.head.weight)  # the embedding joins Adam's groups
+    events = tg.GradientEvents(normuon.reduction_groups() + adam.reduction_groups())
     source = tg.TrainSource(args.train_files, 0, 1, repeat=True, ngram_rows=args.ngram_rows)
     (micro,) = next(tg.synchronous_batches(source, [tg.BatchShape(768, 512, 1)]))
     tg.forward_backward(model, micro, tg.StepState((128, 256), (256,), tied=False))
@@ -650,6 +650,44 @@ def test_reductions_start_in_the_order_the_backward_pass_finishes_gradients():
     qkv = [n for n, _ in named if n.endswith("attn.qkv")]  # some layers have no attention
     assert index(qkv[-1]) < index(qkv[0])
     assert index("embed.weight") > max(matrices) and index("value_embeds.0.weight") > max(matrices)
+
+
+class LoggedEvents(tg.GradientEvents):
+    """GradientEvents that logs each record: (the group, the parameters whose gradients were final by then)."""
+
+    def __init__(self, groups):
+        super().__init__(groups)
+        self.final_so_far, self.log = set(), []
+
+    def final(self, p):
+        self.final_so_far.add(p)
+        super().final(p)
+
+    def record(self, g):
+        self.log.append((g, set(self.final_so_far)))
+
+
+def test_gradient_events_record_each_group_once_a_pass_after_all_its_gradients():
+    """A group's event is recorded once in every backward pass, after the gradient of each of its parameters that
+    gets one in the pass: the last block's as soon as its own are final, before the pass ends; the embedding's
+    (unused while tied) at the pass's end; groups that mix early and late layers after their earliest layer's."""
+    args = tg.parse_args(["--smoke"])
+    model = tg.GPT(args, fp8=False)
+    last = list(model.blocks[-1].parameters())
+    rest = [p for n, p in model.named_parameters() if n not in ("embed.weight", "ngram.cache")
+            and all(p is not q for q in last)]
+    groups = [last, rest[0::2], rest[1::2], [model.embed.weight]]
+    model.grad_events = events = LoggedEvents(groups)
+    source = tg.TrainSource(args.train_files, 0, 1, repeat=True, ngram_rows=args.ngram_rows)
+    for micro in next(tg.synchronous_batches(source, [tg.BatchShape(768, 512, 2)])):  # two passes
+        events.final_so_far, events.log = set(), []
+        tg.forward_backward(model, micro, tg.StepState((128, 256), (256,), tied=True))
+        assert sorted(g for g, _ in events.log) == list(range(len(groups)))
+        for g, final in events.log:
+            assert all(p in final for p in groups[g] if p in events.final_so_far), g
+        recorded = dict(events.log)
+        assert recorded[0] < events.final_so_far  # the last block's: before the pass ended
+        assert model.embed.weight not in recorded[3] and recorded[3] == events.final_so_far
 
 
 ADAM = dict(lr=0.01, betas=(0.8, 0.95), wd=3.0, eps=1e-10)
