@@ -402,10 +402,11 @@ def test_graphed_micro_steps_equal_uncaptured_ones():
 
 
 def test_work_after_gradient_events_sees_each_replay_s_final_gradients_before_its_backward_pass_ends():
-    """GradientEvents under MicroStepGraphs, as with several ranks: work queued with after(params) once a
-    micro-batch is queued must read that micro-batch's final gradients (not the previous replay's, not
-    zeros, not a part) in every mode (uncaptured, captured, replayed), and on a replay the last layer's must be
-    read while the earlier layers' backward pass still runs. The hooks must not break the compiled regions."""
+    """GradientEvents under MicroStepGraphs, as with several ranks: work queued with after(params) (their group's
+    event: the last layer's two MLP matrices) once a micro-batch is queued must read that micro-batch's final
+    gradients (not the previous replay's, not zeros, not a part) in every mode (uncaptured, captured,
+    replayed), and on a replay the last layer's must be read while the earlier layers' backward pass still
+    runs. The hooks must not break the compiled regions."""
     torch._dynamo.utils.counters.clear()
     args = tg.parse_args(["--smoke", "--model_dim", "768", "--head_dim", "128", "--micro_batch_tokens", "16384",
                           "--batch_tokens", "16384"])
