@@ -2,7 +2,8 @@
 # Next session (15), 2 x H100 on one host, written in session 14 and not run. It runs from a copy outside the synced
 # tree: start it with setsid and poll with scratch/collect.sh (this folder's; log /tmp/s14.log). Before the call:
 #   git show main:train_gpt.py > scratch/train_gpt_main.py; git show s15-stack:train_gpt.py > scratch/train_gpt_stack.py
-#   (s15-stack = main + zero_foreach.patch + row_adam_helper.patch); copy ../shared/proxy-data/*.xz into .proxy/;
+#   (s15-stack = main + zero_foreach, row_adam_helper, normuon_order and ngram_group .patch, in that order);
+#   copy ../shared/proxy-data/*.xz into .proxy/;
 #   carry [".proxy", "scratch"]. The tree on the device should be s15-stack (its tests and benchmarks).
 # Rules, fixed before the runs:
 #   - the stack's GPU tests must pass (the sharded table over NCCL now sends bf16 gradients back);
@@ -10,8 +11,10 @@
 #     if the stack's cold start is not longer than main's, and its warm start not longer by more than 1 s;
 #   - step_ab at the 8-GPU per-rank shape (one 48K micro-batch a step, GPU 0), main, stack, main, stack: zero_foreach
 #     is kept if both of the stack's run totals are below both of main's;
-#   - 2 GPUs, 185 + 3, seeds 0 and 1, main then stack at each seed: the stack's loss must stay within 5 mn of
-#     main's mean.
+#   - 2 GPUs, 185 + 3, seeds 0 and 1, main then stack at each seed: the stack is kept if its mean time is below
+#     main's by more than twice the larger seed spread and its loss within 5 mn of main's mean (normuon_order,
+#     ngram_group and the bf16 exchange change nothing on one GPU; zero_foreach is judged by step_ab above);
+#   - step_profile of the stack at --batch_tokens 98304 (the README's table; exposed communication, busy).
 R=/tmp/res; rm -rf $R /tmp/gt; mkdir -p $R; cp -r . /tmp/gt; cd /tmp/gt
 rm -rf scratch/.bytecode scratch/logs
 export PYTHONUNBUFFERED=1
@@ -47,4 +50,11 @@ for seed in 0 1; do
     echo "$arm x2 s$seed: $(grep -h '^final val_loss\|^peak_memory' $R/${arm}_x2_s$seed/*.txt | tr '\n' ' ')" >> $R/progress
   done
 done
+echo "=== step_profile stack 98304 $(date +%T)" >> $R/progress
+cp scratch/train_gpt_stack.py train_gpt.py
+TORCHINDUCTOR_CACHE_DIR=/tmp/ind_stack TRITON_CACHE_DIR=/tmp/tri_stack timeout 300 torchrun --standalone \
+  --nproc_per_node 2 benchmarks/step_profile.py --train_files "data/proxy/proxy_train_*.bin" \
+  --val_files "data/proxy/proxy_val_*.bin" --repeat_train_files --batch_tokens 98304 $T < /dev/null \
+  > $R/profile_stack_98304.out 2>&1
+mkdir -p $R/traces; cp traces/*.json.gz $R/traces/  # no set -f in this script: the pattern expands
 echo "=== all done $(date +%T)" >> $R/progress
