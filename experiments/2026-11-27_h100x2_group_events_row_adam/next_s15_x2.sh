@@ -2,13 +2,15 @@
 # Next session (15), 2 x H100 on one host, written in session 14 and not run. It runs from a copy outside the synced
 # tree: start it with setsid and poll with scratch/collect.sh (this folder's; log /tmp/s14.log). Before the call:
 #   git show main:train_gpt.py > scratch/train_gpt_main.py; git show s15-stack:train_gpt.py > scratch/train_gpt_stack.py
-#   (s15-stack = main + zero_foreach, row_adam_helper, normuon_order and ngram_group .patch, in that order);
+#   (s15-stack = main + zero_foreach, row_adam_helper, normuon_order, ngram_group and stage0_helper .patch);
 #   copy ../shared/proxy-data/*.xz into .proxy/;
 #   carry [".proxy", "scratch"]. The tree on the device should be s15-stack (its tests and benchmarks).
 # Rules, fixed before the runs:
 #   - the stack's GPU tests must pass (the sharded table over NCCL now sends bf16 gradients back);
-#   - start-up: each arm cold (its own empty caches) and then warm, on 2 GPUs, 30 + 1 steps; row_adam_helper is kept
-#     if the stack's cold start is not longer than main's, and its warm start not longer by more than 1 s;
+#   - start-up: each arm cold (its own empty caches) and then warm, on 2 GPUs, 30 + 1 steps; row_adam_helper and
+#     stage0_helper are kept if the stack's cold start is not longer than main's, and its warm start not longer by
+#     more than 1 s (stage0_helper is kept only if stage 0's warm-up in the cold start is shorter than main's); the
+#     totals are compared without their imports phase, which the host's first process pays from a cold disk;
 #   - step_ab at the 8-GPU per-rank shape (one 48K micro-batch a step, GPU 0), main, stack, main, stack: zero_foreach
 #     is kept if both of the stack's run totals are below both of main's;
 #   - 2 GPUs, 185 + 3, seeds 0 and 1, main then stack at each seed: the stack is kept if its mean time is below
