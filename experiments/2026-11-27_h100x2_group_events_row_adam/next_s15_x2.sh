@@ -2,7 +2,8 @@
 # Next session (15), 2 x H100 on one host, written in session 14 and not run. It runs from a copy outside the synced
 # tree: start it with setsid and poll with scratch/collect.sh (this folder's; log /tmp/s14.log). Before the call:
 #   git show main:train_gpt.py > scratch/train_gpt_main.py; git show s15-stack:train_gpt.py > scratch/train_gpt_stack.py
-#   (s15-stack = main + zero_foreach, row_adam_helper, normuon_order, ngram_group and stage0_helper .patch);
+#   (s15-stack = main + s15_stack.patch, the five patches of this folder as one series: git am it onto main if the
+#   branch is gone);
 #   copy ../shared/proxy-data/*.xz into .proxy/;
 #   carry [".proxy", "scratch"]. The tree on the device should be s15-stack (its tests and benchmarks).
 # Rules, fixed before the runs:
