@@ -1,0 +1,62 @@
+"""Where a step_profile trace's GPU waits with communication running: every gap of more than 30 us in the union of
+the compute kernels (everything but NCCL), with the kernel before and after it, the NCCL kernels running during
+it and the optimizer step it falls in; then the exposed time of each collective (NCCL running, no compute), by
+kernel and optimizer. Usage: exposed_gaps.py traces/step_profile_rank0.json.gz"""
+import bisect
+import collections
+import gzip
+import json
+import sys
+
+
+def merge(intervals):
+    merged = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return merged
+
+
+trace = json.load(gzip.open(sys.argv[1]))
+events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+kernels = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+steps = [e for e in events if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("Optimizer.step#")]
+nccl = [e for e in kernels if "nccl" in e["name"].lower()]
+compute = [e for e in kernels if "nccl" not in e["name"].lower()]
+busy = merge([(e["ts"], e["ts"] + e["dur"]) for e in compute])
+compute_starts = [e["ts"] for e in compute]
+origin = kernels[0]["ts"]
+
+
+def optimizer_at(ts):
+    return ",".join(e["name"].split("#")[1].split(".")[0] for e in steps if e["ts"] <= ts <= e["ts"] + e["dur"]) or "-"
+
+
+def short(name):
+    return name.replace("ncclDevKernel_", "").split("(")[0][:45]
+
+
+print("| at (ms) | gap (us) | compute before | compute after | NCCL during (us) | in |\n|---:|---:|---|---|---|---|")
+for (_, gap_start), (gap_end, _) in zip(busy, busy[1:]):
+    if gap_end - gap_start <= 30:
+        continue
+    during = ", ".join(f"{short(e['name'])} {e['dur']:.0f}" for e in nccl
+                       if e["ts"] < gap_end and e["ts"] + e["dur"] > gap_start)
+    after = compute[bisect.bisect_left(compute_starts, gap_end)]["name"][:40]
+    before = compute[bisect.bisect_left(compute_starts, gap_start) - 1]["name"][:40]
+    print(f"| {(gap_start - origin) / 1000:.2f} | {gap_end - gap_start:.0f} | `{before}` | `{after}` | {during or '-'} | "
+          f"{optimizer_at(gap_end)} |")
+
+exposed, total, count = collections.Counter(), collections.Counter(), collections.Counter()
+for e in nccl:
+    start, end = e["ts"], e["ts"] + e["dur"]
+    alone = end - start - sum(max(0, min(end, b) - max(start, a)) for a, b in busy if a < end and b > start)
+    key = (short(e["name"]), optimizer_at(start))
+    exposed[key] += alone
+    total[key] += e["dur"]
+    count[key] += 1
+print("\n| collective | in | launches | time (ms) | exposed (ms) |\n|---|---|---:|---:|---:|")
+for key, alone in exposed.most_common():
+    print(f"| {key[0]} | {key[1]} | {count[key]} | {total[key] / 1000:.3f} | {alone / 1000:.3f} |")
