@@ -7,24 +7,17 @@ import collections
 import gzip
 import json
 import sys
+from pathlib import Path
 
-
-def merge(intervals):
-    merged = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return merged
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.step_profile import exposed_time, kernel_kind, merge, short_name  # noqa: E402
 
 trace = json.load(gzip.open(sys.argv[1]))
 events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
 kernels = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
 steps = [e for e in events if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("Optimizer.step#")]
-nccl = [e for e in kernels if "nccl" in e["name"].lower()]
-compute = [e for e in kernels if "nccl" not in e["name"].lower()]
+nccl = [e for e in kernels if kernel_kind(e["name"]) == "nccl"]
+compute = [e for e in kernels if kernel_kind(e["name"]) != "nccl"]
 busy = merge([(e["ts"], e["ts"] + e["dur"]) for e in compute])
 compute_starts = [e["ts"] for e in compute]
 origin = kernels[0]["ts"]
@@ -35,7 +28,7 @@ def optimizer_at(ts):
 
 
 def short(name):
-    return name.replace("ncclDevKernel_", "").split("(")[0][:45]
+    return short_name(name.replace("ncclDevKernel_", ""), 45)
 
 
 print("| at (ms) | gap (us) | compute before | compute after | NCCL during (us) | in |\n|---:|---:|---|---|---|---|")
@@ -51,10 +44,8 @@ for (_, gap_start), (gap_end, _) in zip(busy, busy[1:]):
 
 exposed, total, count = collections.Counter(), collections.Counter(), collections.Counter()
 for e in nccl:
-    start, end = e["ts"], e["ts"] + e["dur"]
-    alone = end - start - sum(max(0, min(end, b) - max(start, a)) for a, b in busy if a < end and b > start)
-    key = (short(e["name"]), optimizer_at(start))
-    exposed[key] += alone
+    key = (short(e["name"]), optimizer_at(e["ts"]))
+    exposed[key] += exposed_time([(e["ts"], e["ts"] + e["dur"])], busy)
     total[key] += e["dur"]
     count[key] += 1
 print("\n| collective | in | launches | time (ms) | exposed (ms) |\n|---|---|---:|---:|---:|")

@@ -5,20 +5,20 @@ import re
 import statistics
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "records"))  # scratch/ beside records/
+from summarize import check_log  # noqa: E402
+
 res = pathlib.Path(sys.argv[1])
 
 
 def runs(folder):
-    """{seed: (final val loss, training time in s)} from the run logs of a proxy_record folder."""
+    """{seed: (final val loss, training time in s)} from the complete run logs of a proxy_record folder."""
     out = {}
     for log in sorted((res / folder).glob("*.txt")):
-        if log.name == "statistics.md":
-            continue
-        text = log.read_text()
-        seed = re.search(r"--seed (\d+)", text)
-        final = re.search(r"^final val_loss:([\d.]+) train_time:([\d.]+)ms", text, re.M)
-        if seed and final:
-            out[int(seed[1])] = (float(final[1]), float(final[2]) / 1000)
+        run, problems = check_log(log)
+        seed = re.search(r"--seed (\d+)", log.read_text())
+        if seed and not problems:
+            out[int(seed[1])] = (run.val_loss, run.train_ms / 1000)
     return out
 
 
