@@ -6,6 +6,9 @@
 #   git show s17-stack:train_gpt.py > scratch/train_gpt_stack.py    (base + NorMuon's update compiled, static shapes)
 #   the tree on the device is s17-stack (its tests); copy ../shared/proxy-data/*.xz into .proxy/;
 #   carry [".proxy", "scratch"]; cp next_s17.sh next_s17_decide.py collect.sh (from this folder) into scratch/.
+# Launch (kind nvidia-h100-x2): cp scratch/next_s17.sh /tmp/s17.sh; setsid nohup bash /tmp/s17.sh > /tmp/s17.log 2>&1
+#   < /dev/null & sleep 2; bash scratch/collect.sh 560 "tests done\|all done"; then poll (the machine idles back 30 s
+#   after a call) with collect.sh 590 and the patterns "=== main on 2", "=== step_profile", "all done".
 # Rules, fixed before the runs:
 #  1. the stack's GPU tests of NorMuon must pass; if they fail the call stops (nothing else is worth its time).
 #  2. one H100 (GPU 0 alone), one run after another, 185 + 3 steps: main at seeds 0 and 1, then the stack at seeds
