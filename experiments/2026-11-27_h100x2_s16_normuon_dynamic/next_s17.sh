@@ -32,7 +32,9 @@ python3 -c "import pathlib, benchmarks.proxy_record as p; p.decompress(pathlib.P
 T='--prefix_table data/gpt2_prefix_tokens.npy --merge_table data/gpt2_merges.npy --scheduled_steps 185 --extension_steps 3'
 ( time python3 -m pytest -q -p no:cacheprovider --durations 5 tests/test_gpu.py -k normuon ) > $R/test_gpu.out 2>&1
 echo "=== tests done $(date +%T): $(grep -E 'passed|failed' $R/test_gpu.out | tail -1)" >> $R/progress
-grep -qE 'failed|error' $R/test_gpu.out && { echo "=== all done: stack tests failed, stopped $(date +%T)" >> $R/progress; exit 1; }
+summary=$(grep -E 'passed|failed|error' $R/test_gpu.out | tail -1)  # pytest's last line; the durations name tests
+{ [[ $summary == *passed* ]] && [[ $summary != *failed* ]] && [[ $summary != *error* ]]; } ||
+  { echo "=== all done: stack tests failed, stopped $(date +%T)" >> $R/progress; exit 1; }
 arm_runs () {  # arm, GPUs, runs
   echo "=== $1 on $2 GPU(s), $3 runs $(date +%T)" >> $R/progress
   TORCHINDUCTOR_CACHE_DIR=/tmp/ind_$1 TRITON_CACHE_DIR=/tmp/tri_$1 timeout 560 python3 benchmarks/proxy_record.py \
