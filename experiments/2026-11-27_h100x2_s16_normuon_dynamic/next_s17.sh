@@ -1,14 +1,15 @@
 #!/bin/bash
 # Next session (17), one call on 2 x H100 of one host, written in session 16 and not run. Start it with setsid from
-# the repository root (it copies the tree to /tmp/gt first) and poll with collect.sh (log /tmp/s17.log). Before:
+# the repository root (it copies the tree to /tmp/gt first) and poll with collect.sh. Before:
 #   git show main:train_gpt.py > scratch/train_gpt_main.py
 #   git show s17-base:train_gpt.py > scratch/train_gpt_base.py       (main + adam-overlap + ngram-group)
 #   git show s17-stack:train_gpt.py > scratch/train_gpt_stack.py    (base + NorMuon's update compiled, static shapes)
 #   the tree on the device is s17-stack (its tests); copy ../shared/proxy-data/*.xz into .proxy/;
-#   carry [".proxy", "scratch"]; cp next_s17.sh next_s17_decide.py collect.sh (from this folder) into scratch/.
+#   carry [".proxy", "scratch"]; cp next_s17.sh next_s17_decide.py (from this folder) and
+#   ../2026-11-27_h100x2_stack_ab_records/collect.sh into scratch/.
 # Launch (kind nvidia-h100-x2): cp scratch/next_s17.sh /tmp/s17.sh; setsid nohup bash /tmp/s17.sh > /tmp/s17.log 2>&1
-#   < /dev/null & sleep 2; bash scratch/collect.sh 560 "tests done\|all done"; then poll (the machine idles back 30 s
-#   after a call) with collect.sh 590 and the patterns "=== main on 2", "=== step_profile", "all done".
+#   < /dev/null & sleep 2; bash scratch/collect.sh 560 "tests done\|all done" /tmp/s17.log; then poll (the machine
+#   idles back 30 s after a call) with collect.sh 590 and the patterns "=== main on 2", "=== step_profile", "all done".
 # Rules, fixed before the runs:
 #  1. the stack's GPU tests of NorMuon must pass; if they fail the call stops (nothing else is worth its time).
 #  2. one H100 (GPU 0 alone), one run after another, 185 + 3 steps: main at seeds 0 and 1, then the stack at seeds
@@ -28,7 +29,6 @@ R=/tmp/res; rm -rf $R /tmp/gt; mkdir -p $R; cp -r . /tmp/gt; cd /tmp/gt
 rm -rf scratch/.bytecode scratch/logs
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader >> $R/progress
-python3 -c "import pathlib, benchmarks.proxy_record as p; p.decompress(pathlib.Path('.proxy'), pathlib.Path('data/proxy'))"
 T='--prefix_table data/gpt2_prefix_tokens.npy --merge_table data/gpt2_merges.npy --scheduled_steps 185 --extension_steps 3'
 ( time python3 -m pytest -q -p no:cacheprovider --durations 5 tests/test_gpu.py -k normuon ) > $R/test_gpu.out 2>&1
 echo "=== tests done $(date +%T): $(grep -E 'passed|failed' $R/test_gpu.out | tail -1)" >> $R/progress

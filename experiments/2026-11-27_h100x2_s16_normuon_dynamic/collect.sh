@@ -1,6 +1,0 @@
-#!/bin/bash
-# Wait up to $1 seconds for pattern $2 in /tmp/res/progress, then print it and send the results back in $OUT.
-for i in $(seq "$1"); do grep -q "$2" /tmp/res/progress 2>/dev/null && break; sleep 1; done
-cat /tmp/res/progress; tail -3 /tmp/s17.log 2>/dev/null
-[ -n "$OUT" ] && (cd /tmp/res && tar czf $OUT/res.tgz .)
-true
