@@ -1174,7 +1174,10 @@ def check_log_format(lines, run_id, world_size):
     assert lines[end + 2] == f"prefix_table_sha256: {hashlib.sha256(table).hexdigest()}"
     assert lines[end + 3] == "merge_table_sha256: none" and args["merge_table"] == ""  # the smoke run has no mask
     assert lines[end + 4].startswith("environment: python=") and f"world_size={world_size} " in lines[end + 4]
-    assert lines[end + 5] == "==== nvidia-smi ===="
+    variables = json.loads(lines[end + 5].removeprefix("environment_variables: "))
+    assert lines[end + 5].startswith("environment_variables: {") and "PATH" not in variables
+    assert all(name.startswith(tg.LOGGED_VARIABLE_PREFIXES) for name in variables)
+    assert lines[end + 6] == "==== nvidia-smi ===="
     rest = lines[lines.index("==== end nvidia-smi ====") + 1:]
 
     N, every = args["scheduled_steps"] + args["extension_steps"], args["val_loss_every"]
@@ -1199,16 +1202,18 @@ def check_log_format(lines, run_id, world_size):
     final = FINAL_LINE.fullmatch(lines[-1])
     assert final and not any(line.startswith("error:") for line in rest)
     assert (float(final[1]), float(final[2])) == table["val", N] and int(final[4]) == N
-    return args, table
+    return args, table, variables
 
 
-def run_in_copy(tmp_path, command):
-    """Run `command` where ./train_gpt.py and ./data lead to the repository's, so that logs/ is tmp_path's;
-    returns the lines of the one log it wrote, and its run id. A run that hangs (ranks waiting on a collective
-    that another rank never joins) fails after 5 minutes instead of holding CI to its limit."""
+def run_in_copy(tmp_path, command, env=None):
+    """Run `command` where ./train_gpt.py and ./data lead to the repository's, so that logs/ is tmp_path's, with
+    `env` added to the environment; returns the lines of the one log it wrote, and its run id. A run that hangs
+    (ranks waiting on a collective that another rank never joins) fails after 5 minutes instead of holding CI to
+    its limit."""
     for name in ("train_gpt.py", "data"):
         (tmp_path / name).symlink_to(ROOT / name)
-    run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, **(env or {})})
     ranks = [line for line in run.stderr.splitlines() if line.startswith("[rank")]  # torchrun's children
     assert run.returncode == 0, "\n".join(ranks[-40:]) or run.stderr[-3000:]
     (log,) = (tmp_path / "logs").glob("*.txt")
@@ -1217,8 +1222,10 @@ def run_in_copy(tmp_path, command):
 
 # Slow: a real training run, about 1-2 minutes on 2 cores (python train_gpt.py --smoke on data/sample).
 def test_cpu_smoke_run(tmp_path):
-    lines, run_id = run_in_copy(tmp_path, [sys.executable, "train_gpt.py", "--smoke"])
-    args, table = check_log_format(lines, run_id, world_size=1)
+    # NCCL_MAX_CTAS does nothing on the CPU: it stands for a setting that would change a GPU run's speed
+    lines, run_id = run_in_copy(tmp_path, [sys.executable, "train_gpt.py", "--smoke"], env={"NCCL_MAX_CTAS": "8"})
+    args, table, variables = check_log_format(lines, run_id, world_size=1)
+    assert variables["NCCL_MAX_CTAS"] == "8"
     N = args["scheduled_steps"] + args["extension_steps"]
     assert table["val", N][0] <= table["val", 0][0] - 1.0
 
@@ -1232,7 +1239,7 @@ def test_two_process_run_with_fewer_validation_chunks_than_ranks(tmp_path):
                "--batch_tokens", "1536", "--micro_batch_tokens", "384", "--scheduled_steps", "3", "--extension_steps",
                "0"]
     lines, run_id = run_in_copy(tmp_path, command)
-    args, table = check_log_format(lines, run_id, world_size=2)
+    args, table, _ = check_log_format(lines, run_id, world_size=2)
     assert args["val_tokens"] == 1024
     assert set(table) == {("val", 0), ("train", 1), ("train", 2), ("train", 3), ("val", 3)}
 
