@@ -7,7 +7,7 @@
 #   copy ../shared/proxy-data/*.xz into .proxy/; carry [".proxy", "scratch"]; cp next_s18.sh next_s18_decide.py
 #   (this folder) and ../2026-11-27_h100x2_stack_ab_records/collect.sh into scratch/.
 # Launch: cp scratch/next_s18.sh /tmp/s18.sh; setsid nohup bash /tmp/s18.sh > /tmp/s18.log 2>&1 < /dev/null &
-#   sleep 2; bash scratch/collect.sh 560 "=== startup\|all done" /tmp/s18.log; then poll with collect.sh 590 and
+#   sleep 2; bash scratch/collect.sh 560 "=== startup profile, warm\|all done" /tmp/s18.log; then poll with collect.sh 590 and
 #   "=== stage-0 profile, 2\|all done", then "all done" (the machine idles back 30 s after a call).
 # Parts, in order, fixed before the runs:
 #  1. both GPUs (torchrun), 185 + 3 steps, one run after another: main at seeds 0 and 1, then parts1 (NorMuon
@@ -15,9 +15,12 @@
 #     copies of main's after main's runs: the compiled regions are the same, NorMuon's parts are not compiled.
 #     Rule (next_s18_decide.py): parts1 is merged if its mean time is below main's by more than twice the larger
 #     seed spread of the two arms and its mean loss is not above main's by more than 3 mn. No more runs.
-#  2. where a warm start's time goes: startup_profile.py of main on GPU 0, 30 + 1 steps, an empty compile cache
+#  2. does NCCL keep NVLink when each rank sees only its own GPU (nccl_isolation_probe.py, NCCL_DEBUG=INFO): the
+#     bandwidths, shared and isolated, and the transports NCCL names. If it does, every rank could run on cuda:0
+#     and one compile cache would serve any number of GPUs.
+#  3. where a warm start's time goes: startup_profile.py of main on GPU 0, 30 + 1 steps, an empty compile cache
 #     (cold), then the same cache again under cProfile (warm). Issue 35's bar: under 20 s warm.
-#  3. where two GPUs lose in stage 0 (6.6 ms a step over half of one GPU's, session 15 and 17): step_profile of
+#  4. where two GPUs lose in stage 0 (6.6 ms a step over half of one GPU's, session 15 and 17): step_profile of
 #     main at the proxy's batch, stage 0's traces, on GPU 0 alone and then on both; the exposed gaps of each
 #     rank-0 trace. Compare the stage-0 rows kind by kind: matmul, attention and the rest should halve.
 R=/tmp/res; rm -rf $R /tmp/gt; mkdir -p $R; cp -r . /tmp/gt; cd /tmp/gt
@@ -37,6 +40,15 @@ arm_runs main
 for d in ind tri cc; do cp -r /tmp/${d}_main /tmp/${d}_parts1; done
 arm_runs parts1
 python3 scratch/next_s18_decide.py $R >> $R/progress 2>&1
+
+echo "=== NCCL isolation probe $(date +%T)" >> $R/progress
+for mode in shared isolate; do
+  NCCL_DEBUG=INFO timeout 120 torchrun --standalone --nproc_per_node 2 \
+    experiments/2026-11-27_h100x2_s17_static_ab/nccl_isolation_probe.py $([ $mode = isolate ] && echo --isolate) \
+    < /dev/null > $R/nccl_$mode.out 2>&1
+  grep -h 'GB/s' $R/nccl_$mode.out >> $R/progress
+  grep -ohE 'via (P2P|SHM|NET|NVLS)[^ ]*' $R/nccl_$mode.out | sort | uniq -c >> $R/progress
+done
 
 export CUDA_VISIBLE_DEVICES=0 TORCHINDUCTOR_CACHE_DIR=/tmp/ind_su TRITON_CACHE_DIR=/tmp/tri_su
 D='--train_files data/proxy/proxy_train_*.bin --val_files data/proxy/proxy_val_*.bin --repeat_train_files'
