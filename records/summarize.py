@@ -30,6 +30,7 @@ Needs scipy and matplotlib, imported only where used so the checks stay importab
 """
 import argparse
 import hashlib
+import json
 import re
 import statistics
 import sys
@@ -64,6 +65,7 @@ class Run:
     val_points: list = field(default_factory=list)  # (train_time ms, val_loss)
     val_loss: float = None  # from the final line
     train_ms: float = None  # from the final line
+    seed: int = None  # from the hyperparameters line
 
 
 def chain_hash(previous, text):
@@ -159,6 +161,11 @@ def check_log(path):
             break
         if line == SMI_START:
             in_smi = True
+        elif line.startswith("hyperparameters: "):
+            try:
+                run.seed = json.loads(line.removeprefix("hyperparameters: ")).get("seed")
+            except (json.JSONDecodeError, AttributeError):
+                problem(lineno, "the hyperparameters are not one JSON object")
         elif line.startswith("error:"):
             stop = lineno, line
         elif m := TRAIN_RE.fullmatch(line):

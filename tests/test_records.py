@@ -1,5 +1,6 @@
 """records/summarize.py on synthetic run logs written in the docs/log_format.md format."""
 import hashlib
+import json
 import math
 import re
 import statistics
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from records import summarize  # conftest puts the repo root on sys.path
+from records import ab, summarize  # conftest puts the repo root on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,9 +19,9 @@ SOURCE = 'import torch\n"""\nstep:1/1 is only text in a docstring\nfinal thought
 OTHER_SOURCE = SOURCE.replace("train", "faster")
 
 
-def log_lines(final_loss, source=SOURCE, steps=4, step_ms=100.0):
+def log_lines(final_loss, source=SOURCE, steps=4, step_ms=100.0, seed=None):
     """A complete run log, as lines: step k takes step_ms + k**3 ms (so its median and mean differ),
-    validation every 2 steps and at N."""
+    validation every 2 steps and at N; the seed among the hyperparameters if given."""
     def timing(step, ms):
         return f"train_time:{ms:.1f}ms step_avg:{ms / step if step else 0:.2f}ms"
 
@@ -31,7 +32,8 @@ def log_lines(final_loss, source=SOURCE, steps=4, step_ms=100.0):
     lines = ["train_gpt.py run log", "run_id: test_run",
              f"code_sha256: {hashlib.sha256(source.encode()).hexdigest()}",
              "command: train_gpt.py", "==== source train_gpt.py ====", *source.splitlines(),
-             "==== end source ====", f'hyperparameters: {{"num_iterations": {steps}}}',
+             "==== end source ====", "hyperparameters: " + json.dumps({"num_iterations": steps, **(
+                 {} if seed is None else {"seed": seed})}),
              "environment: python=3.11 torch=2.13.0 world_size=1 device=cpu",
              "==== nvidia-smi ====", "step:9/9 final lookalike", "==== end nvidia-smi ====",
              "compile: 1.2s", val(0, 0.0)]
@@ -200,6 +202,14 @@ def test_duplicate_step(tmp_path, capsys):
     check_rejected(tmp_path, capsys, lines, "step 3 repeated or out of order after step 3", lineno + 1)
 
 
+@pytest.mark.parametrize("hyperparameters", ['{"seed": 0', '[0]'], ids=["not_json", "not_an_object"])
+def test_hyperparameters_that_are_not_one_json_object(tmp_path, capsys, hyperparameters):
+    lines = log_lines(3.27)
+    lineno = line_of(lines, "hyperparameters: ")
+    lines[lineno - 1] = "hyperparameters: " + hyperparameters
+    check_rejected(tmp_path, capsys, lines, "the hyperparameters are not one JSON object", lineno)
+
+
 def test_decreasing_train_time(tmp_path, capsys):
     lines = log_lines(3.27)
     lineno = line_of(lines, "step:3/4 train")  # step 2 is at 209.0 ms
@@ -282,3 +292,35 @@ def test_check_writes_nothing(tmp_path):
 @pytest.mark.parametrize("record", sorted(path.name for path in (ROOT / "records").iterdir() if path.is_dir()))
 def test_every_record_holds_against_its_own_target(record):
     assert summarize.main([str(ROOT / "records" / record), "--check"]) == 0
+
+
+# records/ab.py: the A/B rule. A run of step_ms per step takes 4 * step_ms + 100 ms (see log_lines).
+def ab_folders(tmp_path, baseline, change):
+    """Two folders of logs from {seed: (final loss, step_ms)}; returns ab.main's exit status on them."""
+    folders = [write_record(tmp_path / name, {f"seed{seed}": log_lines(loss, step_ms=ms, seed=seed)
+                                              for seed, (loss, ms) in arm.items()})
+               for name, arm in (("baseline", baseline), ("change", change))]
+    return ab.main([str(folder) for folder in folders])
+
+
+@pytest.mark.parametrize("change, code", [
+    ({0: (3.2700, 90.0), 1: (3.2700, 91.0)}, 0),  # 40 ms faster a run, spreads 4 ms
+    ({0: (3.2700, 97.0), 1: (3.2700, 99.0)}, 1),  # 10 ms faster, under twice its own spread of 8 ms
+    ({0: (3.2740, 90.0), 1: (3.2740, 91.0)}, 1),  # faster, but 4 mn worse
+    ({0: (3.2700, 90.0), 2: (3.2700, 91.0)}, 2),  # seeds that do not pair
+    ({0: (3.2700, 90.0)}, 2),  # one seed
+], ids=["passes", "within_spread", "loss_rose", "other_seeds", "one_seed"])
+def test_ab_rule(tmp_path, capsys, change, code):
+    baseline = {0: (3.2700, 100.0), 1: (3.2700, 100.5)}
+    assert ab_folders(tmp_path, baseline, change) == code
+    out, err = capsys.readouterr()
+    assert ("seeds [0, 1]: baseline 3.2700 in 0.501 s" in out) == (code < 2)
+    assert ("same seeds" in err) == (code == 2)
+
+
+def test_ab_rule_refuses_a_broken_log_and_a_log_without_its_seed(tmp_path, capsys):
+    baseline = write_record(tmp_path / "baseline", {f"seed{s}": log_lines(3.27, seed=s) for s in (0, 1)})
+    change = write_record(tmp_path / "change", {"seed0": log_lines(3.27, seed=0)[:-1], "seed1": log_lines(3.27)})
+    assert ab.main([str(baseline), str(change)]) == 2
+    err = capsys.readouterr().err
+    assert "seed0.txt" in err and "seed1.txt: no seed in the folder" in err

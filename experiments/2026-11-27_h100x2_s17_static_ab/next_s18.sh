@@ -4,8 +4,8 @@
 #   the tree on the device is main; git show main:train_gpt.py > scratch/train_gpt_main.py
 #   sed 's/^REDUCTION_PARTS = 2 /REDUCTION_PARTS = 1 /' scratch/train_gpt_main.py > scratch/train_gpt_parts1.py
 #     (diff: that one line)
-#   copy ../shared/proxy-data/*.xz into .proxy/; carry [".proxy", "scratch"]; cp next_s18.sh next_s18_decide.py
-#   (this folder) and ../2026-11-27_h100x2_stack_ab_records/collect.sh into scratch/.
+#   copy ../shared/proxy-data/*.xz into .proxy/; carry [".proxy", "scratch"]; cp next_s18.sh (this folder) and
+#   ../2026-11-27_h100x2_stack_ab_records/collect.sh into scratch/.
 # Launch: cp scratch/next_s18.sh /tmp/s18.sh; setsid nohup bash /tmp/s18.sh > /tmp/s18.log 2>&1 < /dev/null &
 #   sleep 2; bash scratch/collect.sh 560 "=== startup profile, warm\|all done" /tmp/s18.log; then poll with collect.sh 590 and
 #   "=== stage-0 profile, 2\|all done", then "all done" (the machine idles back 30 s after a call).
@@ -13,7 +13,7 @@
 #  1. both GPUs (torchrun), 185 + 3 steps, one run after another: main at seeds 0 and 1, then parts1 (NorMuon
 #     reduces each group's gradients in one part instead of two) at seeds 0 and 1. parts1's compile caches are
 #     copies of main's after main's runs: the compiled regions are the same, NorMuon's parts are not compiled.
-#     Rule (next_s18_decide.py): parts1 is merged if its mean time is below main's by more than twice the larger
+#     Rule (records/ab.py): parts1 is merged if its mean time is below main's by more than twice the larger
 #     seed spread of the two arms and its mean loss is not above main's by more than 3 mn. No more runs.
 #  2. does NCCL keep NVLink when each rank sees only its own GPU (nccl_isolation_probe.py, NCCL_DEBUG=INFO): the
 #     bandwidths, shared and isolated, and the transports NCCL names. If it does, every rank could run on cuda:0
@@ -39,7 +39,7 @@ export CUDA_VISIBLE_DEVICES=0,1
 arm_runs main
 for d in ind tri cc; do cp -r /tmp/${d}_main /tmp/${d}_parts1; done
 arm_runs parts1
-python3 scratch/next_s18_decide.py $R >> $R/progress 2>&1
+echo "part 1, parts1 against main on 2 GPUs: $(python3 records/ab.py $R/main_x2 $R/parts1_x2 2>&1)" >> $R/progress
 
 echo "=== NCCL isolation probe $(date +%T)" >> $R/progress
 for mode in shared isolate; do
