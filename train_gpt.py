@@ -2394,8 +2394,8 @@ def precompile(args, device, shapes, val_shape, stages):
     of `stages` (indices of TRAINING_STAGES; None: the validation shape) into the compile cache that the
     training process reads, by running the forward and backward pass of one micro-batch at each of the stage's
     warm-up steps, at that step's batch shape and in the training process's state there; validation's helper
-    first steps Adam once, whose update is compiled. No CUDA graphs: they compile nothing. The cache
-    directories come with the environment, set before the process was started."""
+    first runs the optimizers' compiled updates once (compile_optimizer_updates). No CUDA graphs: they compile
+    nothing. The cache directories come with the environment, set before the process was started."""
     if device.type == "cuda":
         torch.cuda.set_device(device)
     args = dataclasses.replace(args, ngram_rows=NGRAM_SIGN_ROWS)  # the table enters no compiled region: a small
@@ -2404,7 +2404,7 @@ def precompile(args, device, shapes, val_shape, stages):
     model.graphs = None
     for stage in stages:
         if stage is None:
-            step_adam_once(model, args)  # first: the training process steps Adam at its first odd warm-up step
+            compile_optimizer_updates(model, args)  # first: the training process steps them in its first warm-up steps
             source = ValSource(args.val_files, args.val_seq_tokens, args.val_seq_tokens, 0, 1, args.ngram_rows)
             (micro,) = PrefetchLoader(source, device).send(val_shape)
             state = validation_state(0, args)
@@ -2420,12 +2420,17 @@ def precompile(args, device, shapes, val_shape, stages):
             forward_backward(model, micro, state)
 
 
-def step_adam_once(model, args):
-    """One step of Adam on zero gradients, which compiles its update (adam_update) into the compile cache as
-    the training process will call it: one graph per dtype, whatever the sizes (a rank's shares on several GPUs
-    are smaller). Zero gradients from zero moments leave the weights as they are; Adam's state (about 1.5 GB at
-    the default size) is freed on return."""
-    adam = make_optimizers(model, args, world_size=1).adam
+def compile_optimizer_updates(model, args):
+    """NorMuon's application of its updates, then Adam's update, each run once as the training process runs them,
+    which compiles them into the compile cache: NorMuon's for every part, in its order, at zero learning rate and
+    decay (the weights stay as they are), Adam's on zero gradients from zero moments (likewise; one graph per
+    dtype, whatever the sizes: a rank's shares on several GPUs are smaller). Their state (about 1.5 GB at the
+    default size) is freed on return."""
+    adam, normuon, _ = make_optimizers(model, args, world_size=1)
+    with torch.no_grad():  # as their steps run
+        for i, (_, matrices) in enumerate(normuon.parts):
+            normuon.apply_update(i, torch.zeros(len(matrices), *matrices[0].shape, dtype=torch.bfloat16,
+                                                device=matrices[0].device))
     for group in adam.param_groups:
         for p in group["params"]:  # Adam's only: the matrices' zeros would be 256 MB for nothing
             p.grad = torch.zeros_like(p)
@@ -2450,9 +2455,9 @@ class Precompiler:
     6.5 s of 56.9 s on its own). Every rank has its own helpers: the compiled graphs name their GPU, and rank 1
     missed rank 0's helpers' graphs. The warm-up of a later stage first waits for its helper, then loads what it
     compiled. A helper that fails costs nothing but its time: the warm-up compiles here, as without helpers.
-    Memory: a helper holds a model and one micro-batch's activations; validation's helper first steps Adam
-    once (step_adam_once), so that its compiled update is in the cache before the training process's first
-    odd step."""
+    Memory: a helper holds a model and one micro-batch's activations; validation's helper first runs the
+    optimizers' compiled updates once (compile_optimizer_updates), so that they are in the cache before the
+    training process's first step ends: its first forward and backward pass compile for about 40 s."""
 
     def __init__(self, args, device, shapes, val_shape, log):
         self.helpers, self.log = {}, log

@@ -346,9 +346,11 @@ def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(warm_up_run
     assert warm_up[-1][-1] is False and {call[3] for call in warm_up} == {True, False}
     assert {call[1] for call in warm_up} == {10240, 14336, 24576, None}
 
-    calls, updates = [], []
+    calls, updates, applied = [], [], []
     monkeypatch.setattr(tg.GPT, "forward", recording_forward(calls))
     monkeypatch.setattr(tg, "adam_update", lambda weights, *rest: updates.append(weights.dtype))
+    monkeypatch.setattr(tg, "normuon_apply", lambda weights, update, lr, decay: applied.append(
+        (tuple(weights.shape), tuple(update.shape), float(lr), float(decay), torch.is_grad_enabled())))
     val_shape = tg.BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
     tg.precompile(args, torch.device("cpu"), shapes, val_shape, [1, 2, 3, 4, None])
     assert len(calls) == 4 * 2 + 1  # one micro-batch per warm-up step, one validation batch
@@ -358,6 +360,10 @@ def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(warm_up_run
     model = tg.build_model(args, torch.device("cpu"), 1)
     adams = [p for n, p in model.named_parameters() if tg.param_config(n).optimizer == "adam" and n != "embed.weight"]
     assert sorted(map(str, updates)) == sorted(str(p.dtype) for p in adams)
+    # and applied NorMuon's updates to every one of its matrices, at zero rate and decay, without grad mode, as
+    # NorMuon's step does
+    matrices = [p for n, p in model.named_parameters() if tg.param_config(n).optimizer == "normuon"]
+    assert sorted(applied) == sorted((tuple(p.shape), tuple(p.shape), 0.0, 0.0, False) for p in matrices)
 
 
 def test_precompiler_stop_ends_the_helpers_still_running(workdir, monkeypatch):
