@@ -908,8 +908,8 @@ class NorMuon(torch.optim.Optimizer):
         """Part i's matrices, each stepped in place by its update (the first rows of `updates`)."""
         g, matrices = self.parts[i]
         lr, decay = self.scheduled[g, 1], self.scheduled[g, 2]
-        for matrix, update in zip(matrices, updates):
-            self.apply(matrix, update, lr, decay)
+        for matrix, update in zip(matrices, updates):  # detached: a Parameter's shape is static, a graph each
+            self.apply(matrix.detach(), update, lr, decay)
 
 
 def normuon_apply(weights, update, lr, decay):

@@ -215,30 +215,28 @@ def test_compiled_adam_update_equals_eager_and_compiles_once_per_dtype():
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 2  # bf16 and float32
 
 
-def test_compiled_normuon_apply_equals_eager_with_a_graph_per_dimensionality():
-    """NorMuon's compiled application against the same function run eagerly: the model's matrices, in NorMuon's
-    order (the stacked QKV weights first, then the gates' tiny ones), each stepped by a row of its part's bf16
-    updates, with a learning rate and a decay that change as the schedule changes them. Two graphs, one for the
-    three-dimensional QKV weights and one for every matrix; the decay acts only where update and weight have the
-    same sign."""
+def test_normuon_applies_its_updates_compiled_as_float64_with_a_graph_per_dimensionality():
+    """NorMuon's application, compiled as the training process runs it, on the default model's matrices (Parameters,
+    in NorMuon's order: the stacked QKV weights first, then the gates' tiny ones): each matrix stepped by a row of
+    its part's bf16 updates, at a learning rate and decay of the part's group, as float64's formula has it, the
+    decay only where update and weight have the same sign. Two graphs, one for the three-dimensional QKV weights
+    and one for every matrix: Parameters would make a graph of each shape."""
     torch._dynamo.reset()
-    compiled = torch.compile(tg.normuon_apply, dynamic=True, fullgraph=True)
+    args = tg.parse_args(["--ngram_rows", str(tg.NGRAM_SIGN_ROWS)])
+    normuon = tg.make_optimizers(tg.build_model(args, torch.device("cuda"), 1), args, 1).normuon
     g = torch.Generator(device="cuda").manual_seed(0)
     frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    for step, shape in enumerate([(3, 768, 768), (6, 12), (768, 768), (3072, 768), (768, 3072)]):
-        weights = torch.randn(shape, device="cuda", generator=g)
-        updates = torch.randn(3, *shape, device="cuda", generator=g).bfloat16()
-        scheduled = torch.zeros(2, 3, device="cuda")
-        scheduled[step % 2, 1:] = torch.tensor([0.01 * (step + 1), 0.2 * (step + 1)])  # another row each step
-        lr, decay = scheduled[step % 2, 1], scheduled[step % 2, 2]
-        w, u = weights.double(), updates[1].double()
-        want = w - lr.double() * u - decay.double() * w * (u * w >= 0)
-        eager = weights.clone()
-        compiled(weights, updates[1], lr, decay)
-        tg.normuon_apply(eager, updates[1], lr, decay)
-        assert rel_error(weights, eager) < 1e-6 and rel_error(weights.double(), want) < 1e-6
-        assert rel_error(weights.double(), w) > 1e-2  # moved far more than rounding
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 2
+    normuon.scheduled[:, 1:] = torch.rand(len(normuon.param_groups), 2, device="cuda", generator=g) * 0.5
+    with torch.no_grad():
+        for i, (group, matrices) in enumerate(normuon.parts):
+            updates = torch.randn(len(matrices) + 1, *matrices[0].shape, device="cuda", generator=g).bfloat16()
+            lr, decay = normuon.scheduled[group, 1].double(), normuon.scheduled[group, 2].double()
+            before = [m.double() for m in matrices]
+            wants = [w - lr * u - decay * w * (u * w >= 0) for w, u in zip(before, updates.double())]
+            normuon.apply_update(i, updates)
+            for matrix, want, w in zip(matrices, wants, before):
+                assert rel_error(matrix.double(), want) < 1e-6 and rel_error(matrix.double(), w) > 1e-3
+    assert len(normuon.parts) == 5 and torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 2
 
 
 def test_compiled_row_adam_update_equals_eager_and_compiles_once():
