@@ -2424,8 +2424,8 @@ def compile_optimizer_updates(model, args):
     """NorMuon's application of its updates, then Adam's update, each run once as the training process runs them,
     which compiles them into the compile cache: NorMuon's for every part, in its order, at zero learning rate and
     decay (the weights stay as they are), Adam's on zero gradients from zero moments (likewise; one graph per
-    dtype, whatever the sizes: a rank's shares on several GPUs are smaller). Their state (about 1.5 GB at the
-    default size) is freed on return."""
+    dtype, whatever the sizes: a rank's shares on several GPUs are smaller). Their state (Adam's moments, about
+    1.5 GB at the default size, and NorMuon's buffers) is freed on return."""
     adam, normuon, _ = make_optimizers(model, args, world_size=1)
     with torch.no_grad():  # as their steps run
         for i, (_, matrices) in enumerate(normuon.parts):
