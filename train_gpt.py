@@ -793,6 +793,13 @@ def zero_state(optimizer):
             moment.zero_()
 
 
+def on_gpu_compiled(function, cuda):
+    """An optimizer's arithmetic as its step calls it: compiled on a GPU, at dynamic shapes (a graph serves
+    every size a run gives it) and whole (fullgraph), so that its elementwise work runs as few passes over
+    memory; run as written on the CPU."""
+    return torch.compile(function, dynamic=True, fullgraph=True) if cuda else function
+
+
 def padded(t, size):
     """A flat t with zeros after it up to `size` elements; t itself where it has them already (F.pad would copy
     a gradient's or a parameter's worth every step)."""
@@ -842,7 +849,7 @@ class NorMuon(torch.optim.Optimizer):
         self.gathered = [share.new_empty(world_size * len(share), *share.shape[1:], dtype=torch.bfloat16)
                          for share in self.shares] if world_size > 1 else None
         self.scheduled = first.new_zeros(len(self.param_groups), 3, dtype=torch.float32)
-        self.apply = torch.compile(normuon_apply, dynamic=True, fullgraph=True) if first.is_cuda else normuon_apply
+        self.apply = on_gpu_compiled(normuon_apply, first.is_cuda)
         self.graphs = OptimizerGraphs(first.is_cuda)
 
     def reset(self):
@@ -1008,7 +1015,7 @@ class Adam(torch.optim.Optimizer):
         self.scheduled = first.new_zeros(len(self.param_groups), 2, dtype=torch.float32)
         self.joined = None  # after the untie: (its group, the late parameter), for reset
         # one graph per parameter dtype, of any size; the step size and decay are tensors, read when it runs
-        self.update = torch.compile(adam_update, dynamic=True, fullgraph=True) if first.is_cuda else adam_update
+        self.update = on_gpu_compiled(adam_update, first.is_cuda)
         self.graphs = OptimizerGraphs(first.is_cuda)
 
     def reset(self):
@@ -1175,8 +1182,7 @@ class RowAdam(torch.optim.Optimizer):
         self.log_decay = torch.zeros(steps + 1, dtype=torch.float64, device=self.table.device)  # before each step
         self.total_log_decay = 0.0
         self.scheduled = torch.zeros(3, device=self.table.device)  # row_adam_update's
-        cuda = self.table.is_cuda
-        self.update = torch.compile(row_adam_update, dynamic=True, fullgraph=True) if cuda else row_adam_update
+        self.update = on_gpu_compiled(row_adam_update, self.table.is_cuda)
 
     @torch.no_grad()
     def step(self, rows, step):
@@ -2429,8 +2435,7 @@ def compile_optimizer_updates(model, args):
     adam, normuon, _ = make_optimizers(model, args, world_size=1)
     with torch.no_grad():  # as their steps run
         for i, (_, matrices) in enumerate(normuon.parts):
-            normuon.apply_update(i, torch.zeros(len(matrices), *matrices[0].shape, dtype=torch.bfloat16,
-                                                device=matrices[0].device))
+            normuon.apply_update(i, matrices[0].new_zeros(len(matrices), *matrices[0].shape, dtype=torch.bfloat16))
     for group in adam.param_groups:
         for p in group["params"]:  # Adam's only: the matrices' zeros would be 256 MB for nothing
             p.grad = torch.zeros_like(p)
