@@ -615,19 +615,25 @@ class RowExchange:
         return dist.all_to_all_single(out, table[self.asked.long()], self.sent, self.received, async_op=async_op)
 
     def send_back(self, grad):
-        """Each row's gradient (grad, in the order the rows were asked for) to its owner: the local rows this rank
-        was sent gradients for, sorted, and each one's gradient summed over the ranks (float32). A row several
-        ranks asked for comes once per rank, each time with the whole sum, so that its updates agree. No
-        torch.unique: its size would make the host wait for the backward pass."""
+        """Start sending each row's gradient (grad, in the order the rows were asked for) to its owner; returns a
+        function that, called once the exchange has run (on a GPU: any time, the stream waits), gives the local
+        rows this rank was sent gradients for, sorted, and each one's gradient summed over the ranks (float32). A
+        row several ranks asked for comes once per rank, each time with the whole sum, so that its updates agree.
+        No torch.unique: its size would make the host wait for the backward pass."""
         incoming = grad.new_empty(len(self.asked), grad.size(1))
-        dist.all_to_all_single(incoming, grad.contiguous(), self.received, self.sent)
-        local, by_row = self.asked.sort()
-        first = torch.ones_like(local, dtype=torch.bool)
-        first[1:] = local[1:] != local[:-1]
-        segment = first.cumsum(0) - 1  # each entry's place among the distinct rows
-        summed = torch.zeros(len(local), grad.size(1), device=grad.device).index_add_(0, segment,
-                                                                                    incoming[by_row].float())
-        return local, summed[segment]
+        work = dist.all_to_all_single(incoming, grad.contiguous(), self.received, self.sent, async_op=True)
+
+        def summed():
+            work.wait()
+            local, by_row = self.asked.sort()
+            first = torch.ones_like(local, dtype=torch.bool)
+            first[1:] = local[1:] != local[:-1]
+            segment = first.cumsum(0) - 1  # each entry's place among the distinct rows
+            sums = torch.zeros(len(local), grad.size(1), device=grad.device).index_add_(0, segment,
+                                                                                       incoming[by_row].float())
+            return local, sums[segment]
+
+        return summed
 
 
 def sum_of(tensors):
@@ -838,6 +844,7 @@ class NorMuon(torch.optim.Optimizer):
             size = len(matrices) if world_size == 1 else per_rank * world_size  # one rank: one part
             self.parts += [(g, matrices[i : i + size]) for i in range(0, len(matrices), size)]
         self.reduced = {}  # while gradients are being summed: {part's index: its work}
+        self.updates = []  # between start_step and finish_step: (part's index, its updates, their all-gather or None)
         # Where the captured arithmetic reads: each part's (share of the) summed gradients, its all-gathered
         # updates, and the scheduled values of each group, [momentum, lr, decay], filled before each step.
         first = self.param_groups[0]["params"][0]
@@ -870,8 +877,15 @@ class NorMuon(torch.optim.Optimizer):
         torch.stack([p.grad for p in matrices], out=stacked[: len(matrices)])
         self.reduced[i] = None if self.world_size == 1 else dist.reduce_scatter_tensor(share, stacked, async_op=True)
 
-    @torch.no_grad()
     def step(self):
+        self.start_step()
+        self.finish_step()
+
+    @torch.no_grad()
+    def start_step(self):
+        """Queue the parts' updates, in the order their reductions were started (the order the backward pass
+        finished their gradients), each as soon as its gradients are summed; with several ranks each part's
+        all-gather starts behind its update."""
         if not self.reduced:
             start_reductions([self])
         values = []
@@ -880,20 +894,26 @@ class NorMuon(torch.optim.Optimizer):
             lr = group["lr"] * group["lr_mul"] * max(1, rows / cols) ** 0.5
             values.append([group["momentum"], lr, lr * group["wd"] * group["lr"]])
         schedule_on_device(self.scheduled, values)
-        updates = []
-        for i in range(len(self.parts)):
+        self.updates = []
+        for i in list(self.reduced):
             work = self.reduced.pop(i)
             if work is not None:
                 work.wait()
             update = self.graphs(("update", i), self.part_update, i)
             if self.world_size > 1:
-                updates.append((self.gathered[i], dist.all_gather_into_tensor(self.gathered[i], update, async_op=True)))
+                work = dist.all_gather_into_tensor(self.gathered[i], update, async_op=True)
+                self.updates.append((i, self.gathered[i], work))
             else:
-                updates.append((update, None))
-        for i, (update, work) in enumerate(updates):
+                self.updates.append((i, update, None))
+
+    @torch.no_grad()
+    def finish_step(self):
+        """Step the matrices by their updates (start_step's)."""
+        for i, update, work in self.updates:
             if work is not None:
                 work.wait()
             self.graphs(("apply", i), self.apply_update, i, update)
+        self.updates = []
 
     def part_update(self, i):
         """Part i's updates, in bf16, from its summed gradients (self.shares[i], overwritten)."""
@@ -1001,6 +1021,7 @@ class Adam(torch.optim.Optimizer):
         super().__init__(list(groups.values()), dict(lr=lr, eps=eps))
         self.world_size, self.rank = world_size, dist.get_rank() if world_size > 1 else 0
         self.reduced = {}  # while gradients are being summed: {parameter: (its summed gradient or share, work)}
+        self.gathers = []  # between start_step and finish_step: (large parameter, its values' all-gather)
         # the small parameters' gradients, summed in place in one buffer: {parameter: its view of the buffer}
         small = [p for g in self.param_groups for p in g["params"] if not self.sharded(p)] if world_size > 1 else []
         assert self.late is None or self.sharded(self.late) or world_size == 1  # it cannot join the buffer late
@@ -1070,8 +1091,14 @@ class Adam(torch.optim.Optimizer):
         grad = padded(p.grad.view(-1), self.gathered[p].numel())
         self.reduced[p] = (self.shares[p], dist.reduce_scatter_tensor(self.shares[p], grad, async_op=True))
 
-    @torch.no_grad()
     def step(self):
+        self.start_step()
+        self.finish_step()
+
+    @torch.no_grad()
+    def start_step(self):
+        """Queue the groups' updates, each as soon as its gradients are summed; with several ranks the large
+        parameters' all-gathers start behind them."""
         if not self.reduced:
             start_reductions([self])
         steps, values = [], []
@@ -1086,7 +1113,7 @@ class Adam(torch.optim.Optimizer):
                 steps.append((g, params))
             values.append([step_size, decay])
         schedule_on_device(self.scheduled, values)
-        gathers = []
+        self.gathers = []
         for g, params in steps:
             grads = []
             for p in params:  # the group's reductions; the later groups' go on meanwhile
@@ -1098,11 +1125,16 @@ class Adam(torch.optim.Optimizer):
             key = (g, tuple(grad.data_ptr() for grad in grads))
             slices = self.graphs(key, self.group_update, g, params, grads)
             large = [p for p in params if self.sharded(p)]
-            gathers += [(p, dist.all_gather_into_tensor(self.gathered[p], mine, async_op=True))
-                        for p, mine in zip(large, slices)]
-        for p, work in gathers:
+            self.gathers += [(p, dist.all_gather_into_tensor(self.gathered[p], mine, async_op=True))
+                             for p, mine in zip(large, slices)]
+
+    @torch.no_grad()
+    def finish_step(self):
+        """With several ranks: the large parameters take their all-gathered values (start_step's)."""
+        for p, work in self.gathers:
             work.wait()
             p.view(-1).copy_(self.gathered[p][: p.numel()])
+        self.gathers = []
 
     def group_update(self, g, params, grads):
         """Group g's step on `params` (their summed gradients or shares: `grads`); returns the large parameters'
@@ -1183,13 +1215,26 @@ class RowAdam(torch.optim.Optimizer):
         self.total_log_decay = 0.0
         self.scheduled = torch.zeros(3, device=self.table.device)  # row_adam_update's
         self.update = on_gpu_compiled(row_adam_update, self.table.is_cuda)
+        self.started = None  # between start_step and finish_step: (rows, their gradients, summed() or None)
 
-    @torch.no_grad()
     def step(self, rows, step):
         """The update of step `step`, whose ngram_rows are `rows` (this rank's)."""
+        self.start_step(rows)
+        self.finish_step(step)
+
+    def start_step(self, rows):
+        """Start summing the gradients of the step's rows, `rows` (this rank's), over the ranks: with several ranks
+        the exchange runs on NCCL's stream behind the other optimizers' reductions, while they step."""
+        written = self.param_groups[0]["params"][0].grad[: len(rows)]  # the step's rows' places: the rest stays 0
+        summed = self.ngram.exchange.send_back(written) if self.ngram.world_size > 1 else None
+        self.started = rows, written, summed
+
+    @torch.no_grad()
+    def finish_step(self, step):
+        """The update of step `step` (start_step started it)."""
         group = self.param_groups[0]
-        written = group["params"][0].grad[: len(rows)]  # the step's rows' places: the rest stays zero
-        rows, grad = self.ngram.exchange.send_back(written) if self.ngram.world_size > 1 else (rows, written)
+        rows, written, summed = self.started
+        rows, grad = summed() if summed is not None else (rows, written)
         rows = rows.long()
         lr, beta2 = group["lr"] * group["lr_mul"], group["beta2"]
         decay = lr * lr * group["wd"]
@@ -2330,15 +2375,22 @@ def train_step(model, micro_batches, optimizers, step, args, world_size, upcomin
     if world_size > 1:  # most gradients are summed during the last micro-batch's backward pass
         start_reductions([normuon, adam] if adam_step else [normuon], model.grad_events)
         reductions.append(dist.all_reduce(loss, async_op=True))
-    row_adam.step(micro_batches[0].ngram_rows, step)
+    # Each optimizer's step in two halves, so that communication overlaps arithmetic: the n-gram rows' gradients
+    # travel while NorMuon's and Adam's updates are computed, and their all-gathers while the rows are updated
+    # and the matrices stepped. Its first half last, NorMuon's all-gathers or Adam's were exposed (session 18).
+    row_adam.start_step(micro_batches[0].ngram_rows)
+    normuon.start_step()
+    if adam_step:
+        adam.start_step()
+    row_adam.finish_step(step)
     if upcoming is not None:
-        model.ngram.fetch_ahead(*upcoming)  # with several ranks, the rows' values travel while NorMuon steps
-    normuon.step()
+        model.ngram.fetch_ahead(*upcoming)  # with several ranks, the rows' values travel while the matrices step
+    normuon.finish_step()
     normuon.zero_grad(set_to_none=False)  # in place: the graphs hold the gradients' addresses
     for work in reductions:
         work.wait()
     if adam_step:
-        adam.step()
+        adam.finish_step()
         adam.zero_grad(set_to_none=False)
     return loss / (world_size * sum(micro.inputs.numel() for micro in micro_batches))
 
