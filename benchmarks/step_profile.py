@@ -15,15 +15,16 @@ and no other kernel did, the part of communication that the step waits for. NCCL
 they spend waiting for the slowest rank, so their own total overstates the transfers; the exposed time is the
 figure to report, as a share of the step (rank 0's, min and max over ranks), with the part of it that is the
 n-gram table's exchange of rows and gradients (all_to_all). Then the optimizers' steps per stage: the host's time
-in each step() call and the span of its kernels on the GPU, which show what the optimizers cost a host-bound
-step. Then, per stage, where the GPU waits: the gaps between kernels, grouped by the kernel before and after
-each (idle_gaps). Then the `--top` kernels of the last stage outside matmuls, attention and NCCL, by their time
-per step, as a list of what "other" holds. Each rank's trace of the last stage (or of --trace_stage) goes to
+in the two halves of each step (start_step, finish_step) and the span of their kernels on the GPU, which show
+what the optimizers cost a host-bound step. Then, per stage, where the GPU waits: the gaps between kernels,
+grouped by the kernel before and after each (idle_gaps). Then the `--top` kernels of the last stage outside
+matmuls, attention and NCCL, by their time per step, as a list of what "other" holds. Each rank's trace of the last stage (or of --trace_stage) goes to
 traces/step_profile_rank<r>.json.gz, gzipped (a stage's trace is about 12 MB of JSON on an H100, 0.8 MB gzipped,
 and the device machines send files back within limits): open them in Perfetto side by side to see where one
 rank waits for another.
 """
 import argparse
+import functools
 import re
 import statistics
 import sys
@@ -33,7 +34,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -133,14 +134,35 @@ def busy_share(intervals):
     return sum(end - start for start, end in merged) / (merged[-1][1] - merged[0][0])
 
 
+OPTIMIZER_HALVES = ("start_step", "finish_step")  # train_step calls these, not step()
+
+
+def annotate_optimizer_steps():
+    """Give each half of each optimizer's step a record_function range of its own, e.g. "NorMuon.start_step",
+    which optimizer_times reads. Here and not in train_gpt.py: a range costs the host some microseconds even
+    when no profiler runs."""
+    def annotated(method, name):
+        @functools.wraps(method)
+        def half(*args, **kwargs):
+            with record_function(name):
+                return method(*args, **kwargs)
+        return half
+
+    for optimizer in (tg.NorMuon, tg.Adam, tg.RowAdam):
+        for name in OPTIMIZER_HALVES:
+            setattr(optimizer, name, annotated(getattr(optimizer, name), f"{optimizer.__name__}.{name}"))
+
+
 def optimizer_times(annotations, profiled):
-    """The optimizers' steps, in ms per step over `profiled` steps, from their record_function ranges
-    (name, on the GPU, microseconds), e.g. ("Optimizer.step#NorMuon.step", False, 9200.0): {optimizer: [host,
-    GPU]}, the host's time in the call and the span of its kernels on the GPU. Other ranges are left out."""
+    """The optimizers' steps, in ms per step over `profiled` steps, from the ranges of their halves
+    (annotate_optimizer_steps; name, on the GPU, microseconds), e.g. ("NorMuon.start_step", False, 9200.0):
+    {optimizer: [host, GPU]}, the host's time in the calls and the span of their kernels on the GPU, both halves
+    added. Other ranges are left out."""
     times = {}
     for name, on_gpu, us in annotations:
-        if name.startswith("Optimizer.step#"):
-            times.setdefault(name.split("#")[1].split(".")[0], [0.0, 0.0])[on_gpu] += us / 1000 / profiled
+        optimizer, _, half = name.partition(".")
+        if half in OPTIMIZER_HALVES:
+            times.setdefault(optimizer, [0.0, 0.0])[on_gpu] += us / 1000 / profiled
     return times
 
 
@@ -151,8 +173,8 @@ def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_si
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, steps)
-    # the optimizers' record_function ranges come back as GPU events too ("Optimizer.step#Adam.step"): they
-    # span kernels counted on their own, so they are left out
+    # the optimizers' record_function ranges come back as GPU events too ("Adam.start_step"): they span kernels
+    # counted on their own, so they are left out
     events = [e for e in prof.events() if e.device_type == DeviceType.CUDA and not e.is_user_annotation]
     kernels = [(kernel_kind(e.name), e.time_range.start, e.time_range.end) for e in events]
     profiled = steps * len(step_numbers)
@@ -188,6 +210,7 @@ def main():
     stages = [i for i, _ in stage_steps(tg, args)]
     if own.trace_stage not in (None, *stages):
         parser.error(f"--trace_stage {own.trace_stage}: the stages with training steps are {stages}")
+    annotate_optimizer_steps()
     rank, world_size, device = tg.init_process()
     cuda = device.type == "cuda"
     model = tg.build_model(args, device, world_size)
@@ -228,7 +251,7 @@ def main():
                   f"{exchange / step_ms:.1%} |")
         names = sorted({name for row in rows for name in row[-1]})
         print("\nthe optimizers' steps, ms per step (rank 0, profiled: the profiler slows the host): the host's time "
-              "in each step() call / the span of its kernels on the GPU (Adam steps on odd steps only)")
+              "in the two halves of each step / the span of their kernels on the GPU (Adam steps on odd steps only)")
         print("| stage | " + " | ".join(names) + " |")
         print("|---:|" + "---:|" * len(names))
         for i, *_, optimizer in rows:

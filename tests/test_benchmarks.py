@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import train_gpt as tg
 from benchmarks import loader_overlap, proxy_record, step_ab, step_profile  # conftest puts the repo root on sys.path
@@ -76,15 +77,35 @@ def test_kernel_kinds_by_name():
     assert exchanges == [True, True, False, False, False]
 
 
-def test_optimizer_times_split_host_and_gpu_per_optimizer_and_step():
-    """Two profiled steps: NorMuon's range on both, Adam's on one (odd steps only), each once on the host and
-    once on the GPU; zero_grad's and other ranges are not the optimizers' steps."""
-    annotations = [("Optimizer.step#NorMuon.step", False, 4000.0), ("Optimizer.step#NorMuon.step", True, 9000.0),
-                   ("Optimizer.step#NorMuon.step", False, 6000.0), ("Optimizer.step#NorMuon.step", True, 9400.0),
-                   ("Optimizer.step#Adam.step", False, 3000.0), ("Optimizer.step#Adam.step", True, 11600.0),
+def test_optimizer_times_add_the_halves_and_split_host_and_gpu_per_optimizer():
+    """Two profiled steps: NorMuon's halves on both, Adam's on one (odd steps only), each once on the host and
+    once on the GPU; zero_grad's, a whole step()'s and other ranges are not train_step's halves."""
+    annotations = [("NorMuon.start_step", False, 3000.0), ("NorMuon.start_step", True, 8000.0),
+                   ("NorMuon.finish_step", False, 1000.0), ("NorMuon.finish_step", True, 1000.0),
+                   ("NorMuon.start_step", False, 5000.0), ("NorMuon.start_step", True, 8400.0),
+                   ("NorMuon.finish_step", False, 1000.0), ("NorMuon.finish_step", True, 1000.0),
+                   ("Adam.start_step", False, 3000.0), ("Adam.finish_step", True, 11600.0),
+                   ("Optimizer.step#Adam.step", False, 9000.0),
                    ("Optimizer.zero_grad#Adam.zero_grad", False, 500.0), ("ProfilerStep#1", False, 90000.0)]
     times = step_profile.optimizer_times(annotations, profiled=2)
     assert times == {"NorMuon": pytest.approx([5.0, 9.2]), "Adam": pytest.approx([1.5, 5.8])}
+
+
+def test_each_half_of_an_optimizer_step_shows_in_the_profile_once(monkeypatch):
+    """annotate_optimizer_steps names both halves of each optimizer's step, and each call shows as one range."""
+    for optimizer in (tg.NorMuon, tg.Adam, tg.RowAdam):  # put back after the test
+        for name in step_profile.OPTIMIZER_HALVES:
+            monkeypatch.setattr(optimizer, name, getattr(optimizer, name))
+    step_profile.annotate_optimizer_steps()
+    matrices = [torch.nn.Parameter(torch.randn(8, 4)) for _ in range(2)]
+    for p in matrices:
+        p.grad = torch.randn_like(p)
+    normuon = tg.NorMuon([(f"blocks.{i}.mlp.fc.weight", p) for i, p in enumerate(matrices)], lr=0.01, wd=0.0)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        normuon.step()
+    names = [e.name for e in prof.events() if e.is_user_annotation]
+    assert sorted(n for n in names if n.startswith("NorMuon.")) == ["NorMuon.finish_step", "NorMuon.start_step"]
+    assert set(step_profile.optimizer_times([(n, False, 1000.0) for n in names], profiled=1)) == {"NorMuon"}
 
 
 def test_step_ab_weighs_each_stage_by_its_steps():

@@ -652,6 +652,23 @@ def test_reductions_start_in_the_order_the_backward_pass_finishes_gradients():
     assert index("embed.weight") > max(matrices) and index("value_embeds.0.weight") > max(matrices)
 
 
+def test_normuon_updates_its_parts_in_the_order_their_reductions_started():
+    """start_step takes the parts as their reductions were started (the backward pass's order), not in the order
+    of its groups: a part whose gradients are summed late must not hold up the ones summed before it."""
+    matrices = [torch.nn.Parameter(torch.randn(*shape)) for shape in ((8, 4), (4, 8), (6, 6))]
+    for p in matrices:
+        p.grad = torch.randn_like(p)
+    normuon = tg.NorMuon([(f"blocks.{i}.mlp.fc.weight", p) for i, p in enumerate(matrices)], lr=0.01, wd=0.0)
+    assert len(normuon.parts) == 3  # one group a shape, one part a group on one rank
+    for i in (2, 0, 1):
+        normuon.reduce(i)
+    normuon.start_step()
+    assert [i for i, _, _ in normuon.updates] == [2, 0, 1]
+    before = [p.detach().clone() for p in matrices]
+    normuon.finish_step()
+    assert normuon.updates == [] and all(not torch.equal(p, b) for p, b in zip(matrices, before))
+
+
 class LoggedEvents(tg.GradientEvents):
     """GradientEvents that logs each record: (the group, the parameters whose gradients were final by then)."""
 
