@@ -15,7 +15,10 @@ from benchmarks.step_profile import exposed_time, kernel_kind, merge, short_name
 trace = json.load(gzip.open(sys.argv[1]))
 events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
 kernels = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
-steps = [e for e in events if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("Optimizer.step#")]
+# an optimizer's step() ("Optimizer.step#Adam.step"), or since session 19 a half of it that step_profile names
+# ("Adam.start_step", "Adam.finish_step")
+steps = [e for e in events if e.get("cat") == "gpu_user_annotation"
+         and (e["name"].startswith("Optimizer.step#") or e["name"].endswith((".start_step", ".finish_step")))]
 nccl = [e for e in kernels if kernel_kind(e["name"]) == "nccl"]
 compute = [e for e in kernels if kernel_kind(e["name"]) != "nccl"]
 busy = merge([(e["ts"], e["ts"] + e["dur"]) for e in compute])
@@ -24,7 +27,8 @@ origin = kernels[0]["ts"]
 
 
 def optimizer_at(ts):
-    return ",".join(e["name"].split("#")[1].split(".")[0] for e in steps if e["ts"] <= ts <= e["ts"] + e["dur"]) or "-"
+    return ",".join(e["name"].split("#")[-1].removesuffix(".step") for e in steps
+                    if e["ts"] <= ts <= e["ts"] + e["dur"]) or "-"
 
 
 def short(name):

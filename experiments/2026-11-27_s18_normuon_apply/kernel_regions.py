@@ -16,8 +16,11 @@ from benchmarks.step_profile import kernel_kind, short_name  # noqa: E402
 
 def per_step(path, steps):
     events = [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("ph") == "X"]
-    optimizer = sorted((e["ts"], e["ts"] + e["dur"], e["name"].split("#")[1]) for e in events
-                       if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("Optimizer."))
+    # step() and zero_grad's ranges ("Optimizer.step#Adam.step"), or since session 19 the halves of a step that
+    # step_profile names ("Adam.start_step")
+    optimizer = sorted((e["ts"], e["ts"] + e["dur"], e["name"].split("#")[-1]) for e in events
+                       if e.get("cat") == "gpu_user_annotation" and (e["name"].startswith("Optimizer.")
+                                                                      or e["name"].endswith("_step")))
     starts = [start for start, _, _ in optimizer]
     by_region, by_kernel = collections.Counter(), collections.Counter()
     for e in events:
