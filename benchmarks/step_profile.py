@@ -18,10 +18,10 @@ n-gram table's exchange of rows and gradients (all_to_all). Then the optimizers'
 in the two halves of each step (start_step, finish_step) and the span of their kernels on the GPU, which show
 what the optimizers cost a host-bound step. Then, per stage, where the GPU waits: the gaps between kernels,
 grouped by the kernel before and after each (idle_gaps). Then the `--top` kernels of the last stage outside
-matmuls, attention and NCCL, by their time per step, as a list of what "other" holds. Each rank's trace of the last stage (or of --trace_stage) goes to
-traces/step_profile_rank<r>.json.gz, gzipped (a stage's trace is about 12 MB of JSON on an H100, 0.8 MB gzipped,
-and the device machines send files back within limits): open them in Perfetto side by side to see where one
-rank waits for another.
+matmuls, attention and NCCL, by their time per step, as a list of what "other" holds. Each rank's trace of the
+last stage (or of --trace_stage) goes to traces/step_profile_rank<r>.json.gz, gzipped (a stage's trace is about
+12 MB of JSON on an H100, 0.8 MB gzipped, and the device machines send files back within limits): open them in
+Perfetto side by side to see where one rank waits for another.
 """
 import argparse
 import functools
