@@ -7,8 +7,9 @@
 #   cp this script and ../2026-11-27_h100x2_stack_ab_records/collect.sh into scratch/.
 # Launch: cp scratch/next_s20.sh /tmp/s20.sh; setsid nohup bash /tmp/s20.sh > /tmp/s20.log 2>&1 < /dev/null &
 #   sleep 2; bash scratch/collect.sh 560 "=== isolate_x2\|all done" /tmp/s20.log; then collect.sh 590 with
-#   "=== part 3\|all done", "=== record_x2\|all done", "=== profile\|all done", then "all done" (the machine idles
-#   back 30 s after a call: poll again at once). Give the machine back after. About 1,250 s on H100s, 650 s on H200s.
+#   "=== part 3\|=== not H100s\|all done", "=== record_x2\|=== profile\|all done", "=== profile\|all done", then
+#   "all done" (the machine idles back 30 s after a call: poll again at once). Give the machine back after.
+#   About 1,250 s on H100s, 1,000 s on H200s.
 # Parts, in order, fixed before the runs:
 #  1. the GPU test of the isolation (each rank one GPU, cuda:0, NCCL over both). A failure stops the call.
 #  2. main, then isolate (each rank sees its own GPU alone as cuda:0, one compile cache for any number of GPUs,
@@ -17,11 +18,13 @@
 #     isolate is kept if records/ab.py passes it against main, or if its loss and time are within the rule's
 #     bounds the other way (mean time at most twice the larger seed spread slower, loss at most +3 mn) and its
 #     cold start is at least 5 s shorter: a start-up change must not cost step time.
-#  3. only on H100s (issue 35's 2-GPU record names them; session 19 got H200s twice): the kept arm's records, 3
+#  3. on H100s (issue 35's 2-GPU record names them; session 19 got H200s twice): the kept arm's records, 3
 #     runs each at seeds 0, 1 and 2, 185 + 3 steps, first on GPU 0 alone from empty compile caches, then on both
 #     GPUs with copies of those caches (with isolate: a start from a one-GPU run's cache). They stand or fail as
 #     run (records/summarize.py); no runs are added. The bar: accepted at 1.9004, the 2-GPU mean at most 0.52 x
-#     the 1-GPU mean.
+#     the 1-GPU mean. On H200s instead: step_profile of the kept arm at the proxy's batch, on GPU 0 alone and on
+#     both, stage 0's rank-0 traces compared region by region (kernel_regions.py), as session 18 did on H100s
+#     before NorMuon's compiled application and the two halves: where stage 0 still scales worst (0.532x).
 #  4. step_profile of the kept arm at the 8-GPU per-rank shape (--batch_tokens 98304) on both GPUs, every stage;
 #     rank 0's trace of stage 0 and its exposed gaps. Issue 35's bar: GPU busy at least 97 % and exposed
 #     communication under 1 % in every stage (the README's table, session 15: 3.0 / 2.1 / 1.5 / 1.5 / 1.4 / 1.6 %,
@@ -84,8 +87,22 @@ from ab import runs_by_seed
 two, one = (statistics.mean(t for _, t in runs_by_seed(folder).values()) for folder in sys.argv[1:])
 print(f"ratio of the records' means, 2 GPUs to 1: {two / one:.4f}")
 PY
-else
-  echo "=== not H100s: no records" >> $R/progress
+else  # instead: where two GPUs still lose in stage 0 at the proxy's batch, as session 18 measured on H100s
+  echo "=== not H100s: no records; stage 0's profiles at the proxy's batch, $kept $(date +%T)" >> $R/progress
+  cp scratch/train_gpt_$kept.py train_gpt.py
+  for gpus in 1 2; do
+    rm -rf traces
+    CUDA_VISIBLE_DEVICES=$([ $gpus = 1 ] && echo 0 || echo 0,1) TORCHINDUCTOR_CACHE_DIR=/tmp/ind_s0 \
+      TRITON_CACHE_DIR=/tmp/tri_s0 timeout 400 torchrun --standalone --nproc_per_node $gpus benchmarks/step_profile.py \
+      --train_files "data/proxy/proxy_train_*.bin" --val_files "data/proxy/proxy_val_*.bin" --repeat_train_files \
+      --val_tokens 1835008 --trace_stage 0 $T < /dev/null > $R/profile_proxy_x$gpus.out 2>&1
+    mkdir -p $R/traces_proxy_x$gpus; cp traces/step_profile_rank0.json.gz $R/traces_proxy_x$gpus/ 2>/dev/null
+    grep -A3 "^| stage | windows" $R/profile_proxy_x$gpus.out >> $R/progress
+  done
+  python3 experiments/2026-11-27_s18_normuon_apply/kernel_regions.py $R/traces_proxy_x1/step_profile_rank0.json.gz \
+    $R/traces_proxy_x2/step_profile_rank0.json.gz > $R/kernel_regions_stage0.md 2>&1
+  head -12 $R/kernel_regions_stage0.md >> $R/progress
+  rm -rf traces
 fi
 echo "=== profile at 98304, $kept $(date +%T)" >> $R/progress
 cp scratch/train_gpt_$kept.py train_gpt.py
