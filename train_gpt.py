@@ -894,9 +894,8 @@ class NorMuon(torch.optim.Optimizer):
             lr = group["lr"] * group["lr_mul"] * max(1, rows / cols) ** 0.5
             values.append([group["momentum"], lr, lr * group["wd"] * group["lr"]])
         schedule_on_device(self.scheduled, values)
-        self.updates = []
-        for i in list(self.reduced):
-            work = self.reduced.pop(i)
+        self.updates, reduced, self.reduced = [], self.reduced, {}
+        for i, work in reduced.items():
             if work is not None:
                 work.wait()
             update = self.graphs(("update", i), self.part_update, i)
@@ -1215,7 +1214,7 @@ class RowAdam(torch.optim.Optimizer):
         self.total_log_decay = 0.0
         self.scheduled = torch.zeros(3, device=self.table.device)  # row_adam_update's
         self.update = on_gpu_compiled(row_adam_update, self.table.is_cuda)
-        self.started = None  # between start_step and finish_step: (rows, their gradients, summed() or None)
+        self.started = None  # between start_step and finish_step: (the rows' gradients, summed: rows and sums)
 
     def step(self, rows, step):
         """The update of step `step`, whose ngram_rows are `rows` (this rank's)."""
@@ -1226,15 +1225,15 @@ class RowAdam(torch.optim.Optimizer):
         """Start summing the gradients of the step's rows, `rows` (this rank's), over the ranks: with several ranks
         the exchange runs on NCCL's stream behind the other optimizers' reductions, while they step."""
         written = self.param_groups[0]["params"][0].grad[: len(rows)]  # the step's rows' places: the rest stays 0
-        summed = self.ngram.exchange.send_back(written) if self.ngram.world_size > 1 else None
-        self.started = rows, written, summed
+        summed = self.ngram.exchange.send_back(written) if self.ngram.world_size > 1 else lambda: (rows, written)
+        self.started = written, summed
 
     @torch.no_grad()
     def finish_step(self, step):
         """The update of step `step` (start_step started it)."""
         group = self.param_groups[0]
-        rows, written, summed = self.started
-        rows, grad = summed() if summed is not None else (rows, written)
+        written, summed = self.started
+        rows, grad = summed()
         rows = rows.long()
         lr, beta2 = group["lr"] * group["lr_mul"], group["beta2"]
         decay = lr * lr * group["wd"]
