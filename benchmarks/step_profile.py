@@ -13,8 +13,10 @@ span from the first kernel to the last, profiled: the rest is the GPU waiting), 
 (matmuls, attention, NCCL, the rest) and the exposed communication: the time during which an NCCL kernel ran
 and no other kernel did, the part of communication that the step waits for. NCCL kernels also count the time
 they spend waiting for the slowest rank, so their own total overstates the transfers; the exposed time is the
-figure to report, as a share of the step (rank 0's, min and max over ranks), with the part of it that is the
-n-gram table's exchange of rows and gradients (all_to_all). Then the optimizers' steps per stage: the host's time
+figure to report, as a share of the step (rank 0's, min and max over ranks), with the part of it in the GPU's
+waits (idle periods of WAIT_US or more: the gaps of about a microsecond between any two kernels, in which NCCL
+often runs, are no wait for it) and the part that is the n-gram table's exchange of rows and gradients
+(all_to_all). `--stages` profiles some stages only. Then the optimizers' steps per stage: the host's time
 in the two halves of each step (start_step, finish_step) and the span of their kernels on the GPU, which show
 what the optimizers cost a host-bound step. Then, per stage, where the GPU waits: the gaps between kernels,
 grouped by the kernel before and after each (idle_gaps). Then the `--top` kernels of the last stage outside
@@ -25,6 +27,7 @@ Perfetto side by side to see where one rank waits for another.
 """
 import argparse
 import functools
+import math
 import re
 import statistics
 import sys
@@ -85,15 +88,18 @@ def merge(intervals):
     return merged
 
 
-def exposed_time(communication, compute):
-    """Time covered by some communication interval and by no compute interval (same units as the input)."""
-    busy = merge(compute)
-    total = 0.0
-    for start, end in merge(communication):
-        total += end - start
-        for b_start, b_end in busy:  # subtract the overlap with every compute interval
-            total -= max(0.0, min(end, b_end) - max(start, b_start))
-    return total
+WAIT_US = 5.0  # the shortest of the GPU's idle periods counted as a wait for communication
+
+
+def exposed_time(communication, compute, min_wait=0.0):
+    """Time covered by some communication interval and by no compute interval (same units as the input);
+    min_wait: only in the compute's idle periods at least that long. The GPU idles about a microsecond between
+    any two kernels (0.9 us on average over 1,700 kernels a step at the 8-GPU per-rank batch, 2 H200s, session
+    20); communication that runs in such a gap is not what the compute waits for."""
+    edges = [-math.inf] + [edge for interval in merge(compute) for edge in interval] + [math.inf]
+    idle = [(start, end) for start, end in zip(edges[::2], edges[1::2]) if end - start >= min_wait]
+    return sum(max(0.0, min(end, i_end) - max(start, i_start))
+               for start, end in merge(communication) for i_start, i_end in idle)
 
 
 def run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, repeats):
@@ -167,9 +173,9 @@ def optimizer_times(annotations, profiled):
 
 
 def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_size, steps, device):
-    """Kernel time by kind (ms per step), exposed communication and the part of it that is the n-gram table's
-    row exchange (ms per step), the GPU's busy share, the "other" kernels' time by name (ms per step, and
-    launches per step) and the optimizers' (optimizer_times), profiled."""
+    """Kernel time by kind (ms per step), exposed communication, the part of it in the GPU's waits of WAIT_US or
+    more and the part that is the n-gram table's row exchange (ms per step), the GPU's busy share, the "other"
+    kernels' time by name (ms per step, and launches per step) and the optimizers' (optimizer_times), profiled."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, steps)
@@ -186,7 +192,9 @@ def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_si
             other_time[e.name] += (end - start) / 1000 / profiled
             other_launches[e.name] += 1 / profiled
     compute = [(s, e) for k, s, e in kernels if k != "nccl"]
-    exposed = exposed_time([(s, e) for k, s, e in kernels if k == "nccl"], compute) / 1000 / profiled
+    communication = [(s, e) for k, s, e in kernels if k == "nccl"]
+    exposed = exposed_time(communication, compute) / 1000 / profiled
+    waited = exposed_time(communication, compute, min_wait=WAIT_US) / 1000 / profiled
     exchange = exposed_time([(s, e) for event, (_, s, e) in zip(events, kernels) if is_row_exchange(event.name)],
                             compute) / 1000 / profiled
     busy = busy_share([(s, e) for _, s, e in kernels])
@@ -194,7 +202,7 @@ def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_si
     optimizer = optimizer_times([(e.name, e.device_type == DeviceType.CUDA, e.time_range.elapsed_us())
                                  for e in prof.events() if e.is_user_annotation], profiled)
     gaps = idle_gaps([(e.name, start, end) for e, (_, start, end) in zip(events, kernels)], profiled)
-    return by_kind, (exposed, exchange), busy, others, optimizer, gaps, prof
+    return by_kind, (exposed, waited, exchange), busy, others, optimizer, gaps, prof
 
 
 def main():
@@ -203,13 +211,17 @@ def main():
     parser.add_argument("--warmup", type=int, default=3, help="repetitions of each measured step before profiling")
     parser.add_argument("--top", type=int, default=20, help="the last stage's largest other kernels to list")
     parser.add_argument("--trace_stage", type=int, help="the stage whose traces are written (default: the last)")
+    parser.add_argument("--stages", type=int, nargs="+", help="the stages profiled (default: all with steps)")
     own, flags = parser.parse_known_args()
     if own.steps < 2:
         parser.error("--steps must be at least 2: the step time runs from the first loss read to the last")
     args = tg.parse_args(flags)
-    stages = [i for i, _ in stage_steps(tg, args)]
+    every = [i for i, _ in stage_steps(tg, args)]
+    if not set(own.stages or every) <= set(every):
+        parser.error(f"--stages {own.stages}: the stages with training steps are {every}")
+    stages = [i for i in every if own.stages is None or i in own.stages]
     if own.trace_stage not in (None, *stages):
-        parser.error(f"--trace_stage {own.trace_stage}: the stages with training steps are {stages}")
+        parser.error(f"--trace_stage {own.trace_stage}: the stages profiled are {stages}")
     annotate_optimizer_steps()
     rank, world_size, device = tg.init_process()
     cuda = device.type == "cuda"
@@ -219,10 +231,12 @@ def main():
 
     rows = []
     for i, step_numbers in stage_steps(tg, args):
+        if i not in stages:
+            continue
         shape = tg.train_shape(args, world_size, tg.TRAINING_STAGES[i])
         run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.warmup)
         step_ms, queued = run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, own.steps)
-        by_kind, (exposed, exchange), busy, others, optimizer, gaps, prof = profile_steps(
+        by_kind, (exposed, waited, exchange), busy, others, optimizer, gaps, prof = profile_steps(
             model, loader, shape, optimizers, step_numbers, args, world_size, own.steps, device)
         # exported at once: a profile's GPU events read back as time 0 once a later profile has run
         if own.trace_stage == i or (own.trace_stage is None and i == stages[-1]):
@@ -233,7 +247,7 @@ def main():
             shares = [None] * world_size
             dist.all_gather_object(shares, exposed / step_ms)
         rows.append((i, tg.attention_windows(step_numbers[0], args), step_ms, statistics.median(queued), busy,
-                     by_kind, exposed, exchange, shares, gaps, optimizer))
+                     by_kind, exposed, waited, exchange, shares, gaps, optimizer))
     if rank == 0:
         print(f"{world_size} × {torch.cuda.get_device_name(device) if cuda else 'CPU'}, per stage its first two "
               f"steps in turn, {own.steps} times each after {own.warmup}, each loss read once the next step is "
@@ -241,14 +255,17 @@ def main():
         print("step: wall time per step, unprofiled; host: the median time to queue a step, unprofiled (a "
               "host-bound step queues in about its whole time); GPU busy: the union of its kernels over their "
               "span, profiled")
+        print(f"exposed communication: NCCL's kernels while no other runs; in waits: in the GPU's idle periods of "
+              f"{WAIT_US:g} us or more alone, not in the gaps of about a microsecond between any two kernels")
         print("| stage | windows | step | host | GPU busy | matmul | attention | NCCL | other | exposed "
-              "communication | share of step: rank 0, min–max over ranks | of which the n-gram rows' exchange |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for i, windows, step_ms, host, busy, by_kind, exposed, exchange, shares, *_ in rows:
+              "communication | share of step: rank 0, min–max over ranks | in waits | of which the n-gram rows' "
+              "exchange |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for i, windows, step_ms, host, busy, by_kind, exposed, waited, exchange, shares, *_ in rows:
             kinds = " | ".join(f"{by_kind[k]:.1f}" for k in ("matmul", "attention", "nccl", "other"))
             print(f"| {i} | {windows} | {step_ms:.1f} ms | {host:.1f} ms | {busy:.1%} | {kinds} | {exposed:.1f} "
-                  f"ms | {shares[0]:.1%}, {min(shares):.1%}–{max(shares):.1%} | {exchange:.2f} ms, "
-                  f"{exchange / step_ms:.1%} |")
+                  f"ms | {shares[0]:.1%}, {min(shares):.1%}–{max(shares):.1%} | {waited:.2f} ms, "
+                  f"{waited / step_ms:.1%} | {exchange:.2f} ms, {exchange / step_ms:.1%} |")
         names = sorted({name for row in rows for name in row[-1]})
         print("\nthe optimizers' steps, ms per step (rank 0, profiled: the profiler slows the host): the host's time "
               "in the two halves of each step / the span of their kernels on the GPU (Adam steps on odd steps only)")

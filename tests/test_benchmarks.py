@@ -24,6 +24,16 @@ def test_exposed_time(communication, compute, exposed):
     assert step_profile.exposed_time(communication, compute) == pytest.approx(exposed)
 
 
+@pytest.mark.parametrize("communication, compute, min_wait, exposed", [
+    ([(0, 10)], [(2, 4), (6, 7)], 3, 5),         # the 2-wide gap between the kernels is no wait: 0-2 and 7-10 are
+    ([(0, 10)], [(2, 4), (6, 7)], 2, 7),         # a gap as long as min_wait is a wait
+    ([(3, 5)], [(0, 4), (4.5, 9)], 1, 0),        # communication inside a launch gap alone
+    ([(8, 20)], [(0, 10)], 100, 10),             # after the last kernel: a wait however long min_wait is
+])
+def test_exposed_time_in_waits_leaves_out_the_short_gaps_between_kernels(communication, compute, min_wait, exposed):
+    assert step_profile.exposed_time(communication, compute, min_wait) == pytest.approx(exposed)
+
+
 @pytest.mark.parametrize("kernels, share", [
     ([(0, 10)], 1.0),
     ([(0, 4), (6, 10)], 0.8),                    # the GPU waits from 4 to 6
