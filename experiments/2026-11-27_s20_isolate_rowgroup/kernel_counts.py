@@ -1,0 +1,56 @@
+"""Where a profiled stage's idle GPU time lies: the gaps in the union of all GPU work by length, and the kernels
+per step by the optimizer range they ran in (step_profile.py's annotations; "forward and backward" for the rest).
+
+    python3 kernel_counts.py TRACE.json.gz [--steps 6]
+
+TRACE: a rank's trace from step_profile.py (its stage's profiled steps: 2 steps x --steps 3 = 6 by default).
+"""
+import argparse
+import bisect
+import gzip
+import json
+from collections import Counter
+
+BUCKETS_US = (5, 20, 100)  # gap lengths: under 5 us, 5-20, 20-100, 100 and more
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("trace")
+    parser.add_argument("--steps", type=int, default=6, help="the steps the trace holds")
+    own = parser.parse_args()
+    events = [e for e in json.load(gzip.open(own.trace))["traceEvents"] if e.get("ph") == "X"]
+    work = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+    ranges = sorted((e["ts"], e["ts"] + e["dur"], e["name"].split("#")[-1]) for e in events
+                    if e.get("cat") == "gpu_user_annotation" and not e["name"].startswith("nccl:"))
+    starts = [start for start, _, _ in ranges]
+
+    def region(ts):
+        i = bisect.bisect_right(starts, ts) - 1
+        return ranges[i][2] if i >= 0 and ts < ranges[i][1] else "forward and backward"
+
+    span = work[-1]["ts"] + work[-1]["dur"] - work[0]["ts"]
+    by_length, count, end = Counter(), Counter(), work[0]["ts"]
+    for e in work:
+        if e["ts"] > end:
+            gap = e["ts"] - end
+            bucket = bisect.bisect_right(BUCKETS_US, gap)
+            by_length[bucket] += gap
+            count[bucket] += 1
+        end = max(end, e["ts"] + e["dur"])
+    names = ["under 5 us", "5-20 us", "20-100 us", "100 us or more"]
+    print(f"{own.trace}: {span / 1000 / own.steps:.2f} ms a step, GPU idle {sum(by_length.values()) / span:.1%}")
+    print("| gaps | per step | ms per step | mean (us) |\n|---|---:|---:|---:|")
+    for bucket, name in enumerate(names):
+        if count[bucket]:
+            print(f"| {name} | {count[bucket] / own.steps:.0f} | {by_length[bucket] / 1000 / own.steps:.3f} | "
+                  f"{by_length[bucket] / count[bucket]:.1f} |")
+    kernels = Counter(region(e["ts"]) for e in work if "nccl" not in e["name"])
+    print(f"\n| range | kernels per step |\n|---|---:|")
+    for name, n in kernels.most_common():
+        print(f"| {name} | {n / own.steps:.1f} |")
+    print(f"| all | {sum(kernels.values()) / own.steps:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
