@@ -2,28 +2,29 @@
 
     torchrun --standalone --nproc_per_node=8 benchmarks/step_profile.py [--steps 3] [any train_gpt flag]
 
-Builds the model, optimizers and loader as train_gpt.py does, then, for each stage of TRAINING_STAGES (its
-batch shape and windows), warms up and profiles real training steps on every rank: the stage's first two steps
-(Adam steps on odd steps only) in turn, `--steps` times each. The steps are queued as the training loop queues
-them: a step's loss is read once the next step is queued, so the GPU waits for the host between steps only
-where the host is slower (the warm-up repeats capture the CUDA graphs, and are not measured). Rank 0 prints one
-table row per stage: the step time (wall time per step from the first loss read to the last, unprofiled), the
-host's time to queue a step (its median, unprofiled), the GPU's busy share (the union of its kernels over the
-span from the first kernel to the last, profiled: the rest is the GPU waiting), the GPU kernel time by kind
-(matmuls, attention, NCCL, the rest) and the exposed communication: the time during which an NCCL kernel ran
-and no other kernel did, the part of communication that the step waits for. NCCL kernels also count the time
-they spend waiting for the slowest rank, so their own total overstates the transfers; the exposed time is the
-figure to report, as a share of the step (rank 0's, min and max over ranks), with the part of it in the GPU's
-waits (idle periods of WAIT_US or more: the gaps of about a microsecond between any two kernels, in which NCCL
-often runs, are no wait for it) and the part that is the n-gram table's exchange of rows and gradients
-(all_to_all). `--stages` profiles some stages only. Then the optimizers' steps per stage: the host's time
-in the two halves of each step (start_step, finish_step) and the span of their kernels on the GPU, which show
-what the optimizers cost a host-bound step. Then, per stage, where the GPU waits: the gaps between kernels,
-grouped by the kernel before and after each (idle_gaps). Then the `--top` kernels of the last stage outside
-matmuls, attention and NCCL, by their time per step, as a list of what "other" holds. Each rank's trace of the
-last stage (or of --trace_stage) goes to traces/step_profile_rank<r>.json.gz, gzipped (a stage's trace is about
-12 MB of JSON on an H100, 0.8 MB gzipped, and the device machines send files back within limits): open them in
-Perfetto side by side to see where one rank waits for another.
+Builds the model, optimizers and loader as train_gpt.py does, then, for each stage of TRAINING_STAGES (its batch
+shape and windows), warms up and profiles real training steps on every rank: the stage's first two steps (Adam
+steps on odd steps only) in turn, `--steps` times each. The steps are queued as the training loop queues them: a
+step's loss is read once the next step is queued, so the GPU waits for the host between steps only where the host
+is slower (the warm-up repeats capture the CUDA graphs, and are not measured). Rank 0 prints one table row per
+stage: the step time (wall time per step from the first loss read to the last, unprofiled), the host's time to
+queue a step (its median, unprofiled), the GPU's busy share (the union of its kernels over the span from the first
+kernel to the last, profiled: the rest is the GPU waiting; like the exposed communication and the gaps below, from
+the third profiled step on, as the first two start on a drained queue), the GPU kernel time by kind (matmuls,
+attention, NCCL, the rest) and the exposed communication: the time during which an NCCL kernel ran and no other
+kernel did, the part of communication that the step waits for. NCCL kernels also count the time they spend waiting
+for the slowest rank, so their own total overstates the transfers; the exposed time is the figure to report, as a
+share of the step (rank 0's, min and max over ranks), with the part of it in the GPU's waits (idle periods of
+WAIT_US or more: the gaps of about a microsecond between any two kernels, in which NCCL often runs, are no wait for
+it) and the part that is the n-gram table's exchange of rows and gradients (all_to_all). `--stages` profiles some
+stages only. Then the optimizers' steps per stage: the host's time in the two halves of each step (start_step,
+finish_step) and the span of their kernels on the GPU, which show what the optimizers cost a host-bound step. Then,
+per stage, where the GPU waits: the gaps between kernels, grouped by the kernel before and after each (idle_gaps).
+Then the `--top` kernels of the last stage outside matmuls, attention and NCCL, by their time per step, as a list
+of what "other" holds. Each rank's trace of the last stage (or of --trace_stage) goes to
+traces/step_profile_rank<r>.json.gz, gzipped (a stage's trace is about 12 MB of JSON on an H100, 0.8 MB gzipped,
+and the device machines send files back within limits): open them in Perfetto side by side to see where one rank
+waits for another.
 """
 import argparse
 import functools
@@ -143,25 +144,36 @@ def busy_share(intervals):
 OPTIMIZER_HALVES = ("start_step", "finish_step")  # train_step calls these, not step()
 
 
-def annotate_optimizer_steps():
-    """Give each half of each optimizer's step a record_function range of its own, e.g. "NorMuon.start_step",
-    which optimizer_times reads. Here and not in train_gpt.py: a range costs the host some microseconds even
-    when no profiler runs."""
-    def annotated(method, name):
-        @functools.wraps(method)
-        def half(*args, **kwargs):
+def annotate_steps():
+    """Give each training step a record_function range, "train_step", which measured_from reads, and each half of
+    each optimizer's step one of its own, e.g. "NorMuon.start_step", which optimizer_times reads. Here and not in
+    train_gpt.py: a range costs the host some microseconds even when no profiler runs."""
+    def annotated(function, name):
+        @functools.wraps(function)
+        def ranged(*args, **kwargs):
             with record_function(name):
-                return method(*args, **kwargs)
-        return half
+                return function(*args, **kwargs)
+        return ranged
 
+    tg.train_step = annotated(tg.train_step, "train_step")  # loader_overlap.run_steps calls it as tg.train_step
     for optimizer in (tg.NorMuon, tg.Adam, tg.RowAdam):
         for name in OPTIMIZER_HALVES:
             setattr(optimizer, name, annotated(getattr(optimizer, name), f"{optimizer.__name__}.{name}"))
 
 
+def measured_from(step_ranges, skip):
+    """Where the GPU's waits are measured from: the start of the profiled step after the first `skip` (the
+    "train_step" ranges on the GPU, (start, end), in any order), or -inf if there are no more. The profiled steps
+    begin with the GPU's queue drained, since the timed steps before them end on a loss read, and the first step
+    waits for the host to queue it: 1.4 ms of idle in stage 0 at the 8-GPU per-rank batch on 2 H200s (session 20),
+    0.9 % of its six profiled steps, which no training step pays."""
+    starts = sorted(start for start, _ in step_ranges)
+    return starts[skip] if len(starts) > skip else -math.inf
+
+
 def optimizer_times(annotations, profiled):
     """The optimizers' steps, in ms per step over `profiled` steps, from the ranges of their halves
-    (annotate_optimizer_steps; name, on the GPU, microseconds), e.g. ("NorMuon.start_step", False, 9200.0):
+    (annotate_steps; name, on the GPU, microseconds), e.g. ("NorMuon.start_step", False, 9200.0):
     {optimizer: [host, GPU]}, the host's time in the calls and the span of their kernels on the GPU, both halves
     added. Other ranges are left out."""
     times = {}
@@ -175,7 +187,9 @@ def optimizer_times(annotations, profiled):
 def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_size, steps, device):
     """Kernel time by kind (ms per step), exposed communication, the part of it in the GPU's waits of WAIT_US or
     more and the part that is the n-gram table's row exchange (ms per step), the GPU's busy share, the "other"
-    kernels' time by name (ms per step, and launches per step) and the optimizers' (optimizer_times), profiled."""
+    kernels' time by name (ms per step, and launches per step), the optimizers' (optimizer_times) and the GPU's
+    idle gaps (idle_gaps), profiled. The exposed times, the busy share and the gaps leave the first steps out
+    (measured_from)."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         run_steps(model, loader, shape, optimizers, step_numbers, args, world_size, steps)
@@ -191,17 +205,22 @@ def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_si
         if kind == "other":
             other_time[e.name] += (end - start) / 1000 / profiled
             other_launches[e.name] += 1 / profiled
-    compute = [(s, e) for k, s, e in kernels if k != "nccl"]
-    communication = [(s, e) for k, s, e in kernels if k == "nccl"]
-    exposed = exposed_time(communication, compute) / 1000 / profiled
-    waited = exposed_time(communication, compute, min_wait=WAIT_US) / 1000 / profiled
-    exchange = exposed_time([(s, e) for event, (_, s, e) in zip(events, kernels) if is_row_exchange(event.name)],
-                            compute) / 1000 / profiled
-    busy = busy_share([(s, e) for _, s, e in kernels])
+    # the waits (busy share, exposed communication, gaps) from the third step of a pair's (the second of a single
+    # step's) on: the first ones start on a drained queue (measured_from)
+    start = measured_from([(e.time_range.start, e.time_range.end) for e in prof.events() if e.is_user_annotation
+                           and e.device_type == DeviceType.CUDA and e.name == "train_step"], len(step_numbers))
+    measured = profiled - len(step_numbers) if start > -math.inf else profiled
+    windowed = [(e.name, kind, max(s, start), end) for e, (kind, s, end) in zip(events, kernels) if end > start]
+    compute = [(s, e) for _, k, s, e in windowed if k != "nccl"]
+    communication = [(s, e) for _, k, s, e in windowed if k == "nccl"]
+    exposed = exposed_time(communication, compute) / 1000 / measured
+    waited = exposed_time(communication, compute, min_wait=WAIT_US) / 1000 / measured
+    exchange = exposed_time([(s, e) for name, _, s, e in windowed if is_row_exchange(name)], compute) / 1000 / measured
+    busy = busy_share([(s, e) for _, _, s, e in windowed])
     others = [(name, ms, other_launches[name]) for name, ms in other_time.most_common()]
     optimizer = optimizer_times([(e.name, e.device_type == DeviceType.CUDA, e.time_range.elapsed_us())
                                  for e in prof.events() if e.is_user_annotation], profiled)
-    gaps = idle_gaps([(e.name, start, end) for e, (_, start, end) in zip(events, kernels)], profiled)
+    gaps = idle_gaps([(name, s, e) for name, _, s, e in windowed], measured)
     return by_kind, (exposed, waited, exchange), busy, others, optimizer, gaps, prof
 
 
@@ -222,7 +241,7 @@ def main():
     stages = [i for i in every if own.stages is None or i in own.stages]
     if own.trace_stage not in (None, *stages):
         parser.error(f"--trace_stage {own.trace_stage}: the stages profiled are {stages}")
-    annotate_optimizer_steps()
+    annotate_steps()
     rank, world_size, device = tg.init_process()
     cuda = device.type == "cuda"
     model = tg.build_model(args, device, world_size)
@@ -254,7 +273,7 @@ def main():
               f"queued; kernel times in ms per step (rank 0)")
         print("step: wall time per step, unprofiled; host: the median time to queue a step, unprofiled (a "
               "host-bound step queues in about its whole time); GPU busy: the union of its kernels over their "
-              "span, profiled")
+              "span, profiled, from the third profiled step on")
         print(f"exposed communication: NCCL's kernels while no other runs; in waits: in the GPU's idle periods of "
               f"{WAIT_US:g} us or more alone, not in the gaps of about a microsecond between any two kernels")
         print("| stage | windows | step | host | GPU busy | matmul | attention | NCCL | other | exposed "

@@ -1,6 +1,7 @@
 """The arithmetic of the benchmarks: exposed communication, proxy run seeds, a run's steps, step times from
 loss reads, copies overlapping compute."""
 import json
+import math
 import subprocess
 import sys
 
@@ -102,11 +103,12 @@ def test_optimizer_times_add_the_halves_and_split_host_and_gpu_per_optimizer():
 
 
 def test_each_half_of_an_optimizer_step_shows_in_the_profile_once(monkeypatch):
-    """annotate_optimizer_steps names both halves of each optimizer's step, and each call shows as one range."""
-    for optimizer in (tg.NorMuon, tg.Adam, tg.RowAdam):  # put back after the test
+    """annotate_steps names both halves of each optimizer's step, and each call shows as one range."""
+    monkeypatch.setattr(tg, "train_step", tg.train_step)  # put back after the test, as the halves
+    for optimizer in (tg.NorMuon, tg.Adam, tg.RowAdam):
         for name in step_profile.OPTIMIZER_HALVES:
             monkeypatch.setattr(optimizer, name, getattr(optimizer, name))
-    step_profile.annotate_optimizer_steps()
+    step_profile.annotate_steps()
     matrices = [torch.nn.Parameter(torch.randn(8, 4)) for _ in range(2)]
     for p in matrices:
         p.grad = torch.randn_like(p)
@@ -116,6 +118,27 @@ def test_each_half_of_an_optimizer_step_shows_in_the_profile_once(monkeypatch):
     names = [e.name for e in prof.events() if e.is_user_annotation]
     assert sorted(n for n in names if n.startswith("NorMuon.")) == ["NorMuon.finish_step", "NorMuon.start_step"]
     assert set(step_profile.optimizer_times([(n, False, 1000.0) for n in names], profiled=1)) == {"NorMuon"}
+
+
+def test_each_training_step_shows_in_the_profile_as_one_range(monkeypatch):
+    """annotate_steps wraps train_gpt.train_step, which loader_overlap.run_steps calls, in one "train_step" range a
+    call, and passes its result through."""
+    monkeypatch.setattr(tg, "train_step", lambda *args: sum(args))
+    step_profile.annotate_steps()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        results = [tg.train_step(1, 2), tg.train_step(3, 4)]
+    assert results == [3, 7]
+    assert [e.name for e in prof.events() if e.is_user_annotation].count("train_step") == 2
+
+
+@pytest.mark.parametrize("ranges, skip, start", [
+    ([(30, 40), (0, 10), (20, 30), (10, 20)], 2, 20),  # the third step's start, the ranges in any order
+    ([(0, 10), (10, 20)], 1, 10),                       # a one-step stage: from its second profiled step
+    ([(0, 10), (10, 20)], 2, -math.inf),                # too few steps: everything
+    ([], 2, -math.inf),                                 # no GPU ranges (the CPU): everything
+])
+def test_the_waits_are_measured_from_the_step_after_the_skipped_ones(ranges, skip, start):
+    assert step_profile.measured_from(ranges, skip) == start
 
 
 def test_step_ab_weighs_each_stage_by_its_steps():

@@ -20,7 +20,8 @@ def per_step(path, steps):
     # step_profile names ("Adam.start_step")
     optimizer = sorted((e["ts"], e["ts"] + e["dur"], e["name"].split("#")[-1]) for e in events
                        if e.get("cat") == "gpu_user_annotation" and (e["name"].startswith("Optimizer.")
-                                                                      or e["name"].endswith("_step")))
+                                                                      or e["name"].endswith("_step"))
+                       and e["name"] != "train_step")  # step_profile's range around each step, since session 20
     starts = [start for start, _, _ in optimizer]
     by_region, by_kernel = collections.Counter(), collections.Counter()
     for e in events:

@@ -22,7 +22,8 @@ def main():
     events = [e for e in json.load(gzip.open(own.trace))["traceEvents"] if e.get("ph") == "X"]
     work = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
     ranges = sorted((e["ts"], e["ts"] + e["dur"], e["name"].split("#")[-1]) for e in events
-                    if e.get("cat") == "gpu_user_annotation" and not e["name"].startswith("nccl:"))
+                    if e.get("cat") == "gpu_user_annotation" and not e["name"].startswith("nccl:")
+                    and e["name"] != "train_step")  # step_profile's range around each step, since session 20
     starts = [start for start, _, _ in ranges]
 
     def region(ts):
