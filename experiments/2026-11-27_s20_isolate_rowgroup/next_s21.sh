@@ -20,7 +20,9 @@
 #     from that cache. They stand or fail as run (records/summarize.py); no runs are added. The bar: accepted at
 #     1.9004, the 2-GPU mean at most 0.52 x the 1-GPU mean. On H200s: no records.
 #  3. step_profile of the kept arm at the 8-GPU per-rank shape (--batch_tokens 98304) on both GPUs, every stage,
-#     with the new "in waits" column; rank 0's trace of stage 0, its exposed gaps and kernel counts.
+#     with the new "in waits" column; rank 0's trace of stage 0, its exposed gaps and kernel counts. Busy, exposed
+#     and gaps are now measured from the third profiled step on (measured_from, first GPU run here): stage 0's busy
+#     should read about 0.9 points higher than session 20's for that alone; "train_step" ranges in the trace.
 #  4. where a warm 2-GPU start spends its time (issue 35's bar: under 20 s; 29.7-29.8 s in session 20): one more
 #     run of the kept arm (seed 0) from part 1's cache under compile_times.py, which prints torch._dynamo's
 #     compile times per phase on each rank as it exits.
