@@ -205,8 +205,8 @@ def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_si
         if kind == "other":
             other_time[e.name] += (end - start) / 1000 / profiled
             other_launches[e.name] += 1 / profiled
-    # the waits (busy share, exposed communication, gaps) from the third step of a pair's (the second of a single
-    # step's) on: the first ones start on a drained queue (measured_from)
+    # the waits (busy share, exposed communication, gaps) from the second round of the stage's steps on: the first
+    # round starts on a drained queue (measured_from)
     start = measured_from([(e.time_range.start, e.time_range.end) for e in prof.events() if e.is_user_annotation
                            and e.device_type == DeviceType.CUDA and e.name == "train_step"], len(step_numbers))
     measured = profiled - len(step_numbers) if start > -math.inf else profiled
