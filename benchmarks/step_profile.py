@@ -161,14 +161,15 @@ def annotate_steps():
             setattr(optimizer, name, annotated(getattr(optimizer, name), f"{optimizer.__name__}.{name}"))
 
 
-def measured_from(step_ranges, skip):
-    """Where the GPU's waits are measured from: the start of the profiled step after the first `skip` (the
-    "train_step" ranges on the GPU, (start, end), in any order), or -inf if there are no more. The profiled steps
-    begin with the GPU's queue drained, since the timed steps before them end on a loss read, and the first step
-    waits for the host to queue it: 1.4 ms of idle in stage 0 at the 8-GPU per-rank batch on 2 H200s (session 20),
-    0.9 % of its six profiled steps, which no training step pays."""
+def measured_from(step_ranges, steps, skip):
+    """Where the GPU's waits are measured from: the start of the profiled step after the first `skip` of `steps`
+    (the "train_step" ranges on the GPU, (start, end), in any order), or -inf (all of them) unless there is one
+    range a step and steps after the skipped ones: a profiler that gave a range per CUDA stream would give more.
+    The profiled steps begin with the GPU's queue drained, since the timed steps before them end on a loss read,
+    and the first step waits for the host to queue it: 1.4 ms of idle in stage 0 at the 8-GPU per-rank batch on
+    2 H200s (session 20), 0.9 % of its six profiled steps, which no training step pays."""
     starts = sorted(start for start, _ in step_ranges)
-    return starts[skip] if len(starts) > skip else -math.inf
+    return starts[skip] if len(starts) == steps > skip else -math.inf
 
 
 def optimizer_times(annotations, profiled):
@@ -208,8 +209,12 @@ def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_si
     # the waits (busy share, exposed communication, gaps) from the second round of the stage's steps on: the first
     # round starts on a drained queue (measured_from)
     start = measured_from([(e.time_range.start, e.time_range.end) for e in prof.events() if e.is_user_annotation
-                           and e.device_type == DeviceType.CUDA and e.name == "train_step"], len(step_numbers))
+                           and e.device_type == DeviceType.CUDA and e.name == "train_step"], profiled,
+                          len(step_numbers))
     measured = profiled - len(step_numbers) if start > -math.inf else profiled
+    if device.type == "cuda" and measured == profiled:
+        print(f"note: the steps' ranges were not found on the GPU as expected; busy, exposed and gaps span all "
+              f"{profiled} profiled steps", flush=True)
     windowed = [(e.name, kind, max(s, start), end) for e, (kind, s, end) in zip(events, kernels) if end > start]
     compute = [(s, e) for _, k, s, e in windowed if k != "nccl"]
     communication = [(s, e) for _, k, s, e in windowed if k == "nccl"]

@@ -123,6 +123,9 @@ def test_each_half_of_an_optimizer_step_shows_in_the_profile_once(monkeypatch):
 def test_each_training_step_shows_in_the_profile_as_one_range(monkeypatch):
     """annotate_steps wraps train_gpt.train_step, which loader_overlap.run_steps calls, in one "train_step" range a
     call, and passes its result through."""
+    for optimizer in (tg.NorMuon, tg.Adam, tg.RowAdam):  # put back after the test: annotate_steps wraps them too
+        for name in step_profile.OPTIMIZER_HALVES:
+            monkeypatch.setattr(optimizer, name, getattr(optimizer, name))
     monkeypatch.setattr(tg, "train_step", lambda *args: sum(args))
     step_profile.annotate_steps()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -131,14 +134,15 @@ def test_each_training_step_shows_in_the_profile_as_one_range(monkeypatch):
     assert [e.name for e in prof.events() if e.is_user_annotation].count("train_step") == 2
 
 
-@pytest.mark.parametrize("ranges, skip, start", [
-    ([(30, 40), (0, 10), (20, 30), (10, 20)], 2, 20),  # the third step's start, the ranges in any order
-    ([(0, 10), (10, 20)], 1, 10),                       # a one-step stage: from its second profiled step
-    ([(0, 10), (10, 20)], 2, -math.inf),                # too few steps: everything
-    ([], 2, -math.inf),                                 # no GPU ranges (the CPU): everything
+@pytest.mark.parametrize("ranges, steps, skip, start", [
+    ([(30, 40), (0, 10), (20, 30), (10, 20)], 4, 2, 20),  # the third step's start, the ranges in any order
+    ([(0, 10), (10, 20)], 2, 1, 10),                       # a one-step stage: from its second profiled step
+    ([(0, 10), (10, 20)], 2, 2, -math.inf),                # no steps after the skipped ones: all of them
+    ([(0, 10), (1, 9), (10, 20), (11, 19)], 2, 1, -math.inf),  # two ranges a step (two streams): all of them
+    ([], 6, 2, -math.inf),                                 # no GPU ranges (the CPU): all of them
 ])
-def test_the_waits_are_measured_from_the_step_after_the_skipped_ones(ranges, skip, start):
-    assert step_profile.measured_from(ranges, skip) == start
+def test_the_waits_are_measured_from_the_step_after_the_skipped_ones(ranges, steps, skip, start):
+    assert step_profile.measured_from(ranges, steps, skip) == start
 
 
 def test_step_ab_weighs_each_stage_by_its_steps():

@@ -69,6 +69,7 @@ CUDA_VISIBLE_DEVICES=0,1 TORCHINDUCTOR_CACHE_DIR=/tmp/ind_p TRITON_CACHE_DIR=/tm
   --val_tokens 1835008 --batch_tokens 98304 --trace_stage 0 $T \
   < /dev/null > $R/profile_98304.out 2>&1
 grep -A9 "^| stage | windows" $R/profile_98304.out >> $R/progress
+grep -m2 "^note:" $R/profile_98304.out >> $R/progress  # measured_from fell back to every profiled step
 mkdir -p $R/traces; cp traces/step_profile_rank0.json.gz $R/traces/ 2>/dev/null
 python3 experiments/2026-11-27_h100x2_stack_ab_records/exposed_gaps.py $R/traces/step_profile_rank0.json.gz \
   > $R/gaps_98304_stage0.md 2>&1
