@@ -8,8 +8,8 @@
 # Launch: cp scratch/next_s21.sh /tmp/s21.sh; setsid nohup bash /tmp/s21.sh > /tmp/s21.log 2>&1 < /dev/null &
 #   sleep 2; bash scratch/collect.sh 560 "=== rowgroup_x2\|all done" /tmp/s21.log; then collect.sh 590 with
 #   "=== part 3\|=== not H100s\|all done", "=== record_x2\|=== profile\|all done", "=== profile\|all done",
-#   "=== compile times\|all done", then "all done" (the machine idles back 30 s after a call: poll again at once).
-#   Give the machine back after. About 1,250 s on H100s, 700 s on H200s.
+#   "=== compile times\|all done", "=== caching precompile\|all done", then "all done" (the machine idles back
+#   30 s after a call: poll again at once). Give the machine back after. About 1,400 s on H100s, 850 s on H200s.
 # Parts, in order, fixed before the runs:
 #  1. main, then rowgroup (the n-gram exchanges on an NCCL group of their own) on both GPUs, seeds 0 and 1, 185 + 3
 #     steps, one compile cache for both arms (their compiled graphs are the same; main's first start is cold).
@@ -26,6 +26,10 @@
 #  4. where a warm 2-GPU start spends its time (issue 35's bar: under 20 s; 29.7-29.8 s in session 20): one more
 #     run of the kept arm (seed 0) from part 1's cache under compile_times.py, which prints torch._dynamo's
 #     compile times per phase on each rank as it exits.
+#  5. if time is left: two runs (seeds 0, 1) of the kept arm on both GPUs from a copy of part 1's cache with
+#     TORCH_CACHING_PRECOMPILE=1 (torch._dynamo.config.caching_precompile, experimental: Dynamo's own cache, so
+#     that a warm start need not trace again). The first fills it, the second shows what a warm start then costs;
+#     compare the startup lines with part 1's warm starts. A crash here says it does not work with this script.
 R=/tmp/res; rm -rf $R /tmp/gt; mkdir -p $R; cp -r . /tmp/gt; cd /tmp/gt
 rm -rf scratch/.bytecode scratch/logs
 export PYTHONUNBUFFERED=1
@@ -79,6 +83,14 @@ head -7 $R/kernel_counts_98304_stage0.md >> $R/progress
 rm -rf traces
 echo "=== compile times of a warm 2-GPU start, $kept $(date +%T)" >> $R/progress
 cp experiments/2026-11-27_s20_isolate_rowgroup/compile_times.py scratch/train_gpt_times.py
-COMPILE_TIMES_OF=scratch/train_gpt_$kept.py runs times_x2 2 0,1 1 times ab
+export COMPILE_TIMES_OF=scratch/train_gpt_$kept.py
+runs times_x2 2 0,1 1 times ab
+unset COMPILE_TIMES_OF
 grep -A40 "^compile times, rank 0" $R/times_x2.out | head -42 >> $R/progress
+echo "=== caching precompile, $kept $(date +%T)" >> $R/progress
+cp -r /tmp/cc_ab /tmp/cc_pc
+export TORCH_CACHING_PRECOMPILE=1
+runs precompile_x2 2 0,1 2 $kept pc
+unset TORCH_CACHING_PRECOMPILE
+tail -3 $R/precompile_x2.out | cut -c1-300 >> $R/progress
 echo "=== all done $(date +%T)" >> $R/progress
