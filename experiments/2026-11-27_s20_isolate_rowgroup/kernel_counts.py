@@ -9,7 +9,12 @@ import argparse
 import bisect
 import gzip
 import json
+import sys
 from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.step_profile import kernel_kind, merge  # noqa: E402
 
 BUCKETS_US = (5, 20, 100)  # gap lengths: under 5 us, 5-20, 20-100, 100 and more
 
@@ -20,7 +25,7 @@ def main():
     parser.add_argument("--steps", type=int, default=6, help="the steps the trace holds")
     own = parser.parse_args()
     events = [e for e in json.load(gzip.open(own.trace))["traceEvents"] if e.get("ph") == "X"]
-    work = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+    work = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     ranges = sorted((e["ts"], e["ts"] + e["dur"], e["name"].split("#")[-1]) for e in events
                     if e.get("cat") == "gpu_user_annotation" and not e["name"].startswith("nccl:")
                     and e["name"] != "train_step")  # step_profile's range around each step, since session 20
@@ -30,15 +35,13 @@ def main():
         i = bisect.bisect_right(starts, ts) - 1
         return ranges[i][2] if i >= 0 and ts < ranges[i][1] else "forward and backward"
 
-    span = work[-1]["ts"] + work[-1]["dur"] - work[0]["ts"]
-    by_length, count, end = Counter(), Counter(), work[0]["ts"]
-    for e in work:
-        if e["ts"] > end:
-            gap = e["ts"] - end
-            bucket = bisect.bisect_right(BUCKETS_US, gap)
-            by_length[bucket] += gap
-            count[bucket] += 1
-        end = max(end, e["ts"] + e["dur"])
+    busy = merge((e["ts"], e["ts"] + e["dur"]) for e in work)
+    span = busy[-1][1] - busy[0][0]
+    by_length, count = Counter(), Counter()
+    for (_, end), (start, _) in zip(busy, busy[1:]):
+        bucket = bisect.bisect_right(BUCKETS_US, start - end)
+        by_length[bucket] += start - end
+        count[bucket] += 1
     names = ["under 5 us", "5-20 us", "20-100 us", "100 us or more"]
     print(f"{own.trace}: {span / 1000 / own.steps:.2f} ms a step, GPU idle {sum(by_length.values()) / span:.1%}")
     print("| gaps | per step | ms per step | mean (us) |\n|---|---:|---:|---:|")
@@ -46,7 +49,7 @@ def main():
         if count[bucket]:
             print(f"| {name} | {count[bucket] / own.steps:.0f} | {by_length[bucket] / 1000 / own.steps:.3f} | "
                   f"{by_length[bucket] / count[bucket]:.1f} |")
-    kernels = Counter(region(e["ts"]) for e in work if "nccl" not in e["name"])
+    kernels = Counter(region(e["ts"]) for e in work if kernel_kind(e["name"]) != "nccl")
     print(f"\n| range | kernels per step |\n|---|---:|")
     for name, n in kernels.most_common():
         print(f"| {name} | {n / own.steps:.1f} |")
