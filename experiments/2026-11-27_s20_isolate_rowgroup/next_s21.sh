@@ -24,8 +24,8 @@
 #     and gaps are now measured from the third profiled step on (measured_from, first GPU run here): stage 0's busy
 #     should read about 0.9 points higher than session 20's for that alone; "train_step" ranges in the trace.
 #  4. where a warm 2-GPU start spends its time (issue 35's bar: under 20 s; 29.7-29.8 s in session 20): one more
-#     run of the kept arm (seed 0) from part 1's cache under compile_times.py, which prints torch._dynamo's
-#     compile times per phase on each rank as it exits.
+#     run of the kept arm (seed 0) from part 1's cache under benchmarks/startup_profile.py, which prints
+#     torch._dynamo's compile times per phase on each rank, the kernels autotuned and the caches' counters.
 #  5. if time is left: two runs (seeds 0, 1) of the kept arm on both GPUs from a copy of part 1's cache with
 #     TORCH_CACHING_PRECOMPILE=1 (torch._dynamo.config.caching_precompile, experimental: Dynamo's own cache, so
 #     that a warm start need not trace again). The first fills it, the second shows what a warm start then costs;
@@ -82,11 +82,11 @@ python3 experiments/2026-11-27_s20_isolate_rowgroup/kernel_counts.py $R/traces/s
 head -7 $R/kernel_counts_98304_stage0.md >> $R/progress
 rm -rf traces
 echo "=== compile times of a warm 2-GPU start, $kept $(date +%T)" >> $R/progress
-cp experiments/2026-11-27_s20_isolate_rowgroup/compile_times.py scratch/train_gpt_times.py
-export COMPILE_TIMES_OF=scratch/train_gpt_$kept.py
-runs times_x2 2 0,1 1 times ab
-unset COMPILE_TIMES_OF
-grep -A40 "^compile times, rank 0" $R/times_x2.out | head -42 >> $R/progress
+CUDA_VISIBLE_DEVICES=0,1 timeout 300 python3 benchmarks/proxy_record.py --runs 1 --gpus 2 --out $R/times_x2 \
+  --script benchmarks/startup_profile.py --compile_cache /tmp/cc_ab $T --scheduled_steps 185 --extension_steps 3 \
+  < /dev/null > $R/times_x2.out 2>&1  # startup_profile runs train_gpt.py, the kept arm's since part 3
+grep -h '^startup' $R/times_x2/*.txt | cut -c1-240 >> $R/progress
+grep -m1 -A40 "TorchDynamo compilation metrics" $R/times_x2.out >> $R/progress
 echo "=== caching precompile, $kept $(date +%T)" >> $R/progress
 cp -r /tmp/cc_ab /tmp/cc_pc
 export TORCH_CACHING_PRECOMPILE=1
