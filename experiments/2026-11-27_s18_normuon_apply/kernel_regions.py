@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.step_profile import kernel_kind, short_name  # noqa: E402
+from benchmarks.step_profile import OPTIMIZER_HALVES, kernel_kind, short_name  # noqa: E402
+
+HALVES = tuple(f".{half}" for half in OPTIMIZER_HALVES)  # "Adam.start_step", not step_profile's "train_step"
 
 
 def per_step(path, steps):
@@ -20,8 +22,7 @@ def per_step(path, steps):
     # step_profile names ("Adam.start_step")
     optimizer = sorted((e["ts"], e["ts"] + e["dur"], e["name"].split("#")[-1]) for e in events
                        if e.get("cat") == "gpu_user_annotation" and (e["name"].startswith("Optimizer.")
-                                                                      or e["name"].endswith("_step"))
-                       and e["name"] != "train_step")  # step_profile's range around each step, since session 20
+                                                                      or e["name"].endswith(HALVES)))
     starts = [start for start, _, _ in optimizer]
     by_region, by_kernel = collections.Counter(), collections.Counter()
     for e in events:

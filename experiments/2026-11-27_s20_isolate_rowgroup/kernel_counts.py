@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.step_profile import kernel_kind, merge  # noqa: E402
+from benchmarks.step_profile import OPTIMIZER_HALVES, kernel_kind, merge  # noqa: E402
 
 BUCKETS_US = (5, 20, 100)  # gap lengths: under 5 us, 5-20, 20-100, 100 and more
 
@@ -26,9 +26,10 @@ def main():
     own = parser.parse_args()
     events = [e for e in json.load(gzip.open(own.trace))["traceEvents"] if e.get("ph") == "X"]
     work = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    halves = tuple(f".{half}" for half in OPTIMIZER_HALVES)  # "Adam.start_step", not step_profile's "train_step"
     ranges = sorted((e["ts"], e["ts"] + e["dur"], e["name"].split("#")[-1]) for e in events
-                    if e.get("cat") == "gpu_user_annotation" and not e["name"].startswith("nccl:")
-                    and e["name"] != "train_step")  # step_profile's range around each step, since session 20
+                    if e.get("cat") == "gpu_user_annotation"
+                    and (e["name"].startswith("Optimizer.") or e["name"].endswith(halves)))
     starts = [start for start, _, _ in ranges]
 
     def region(ts):
