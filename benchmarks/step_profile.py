@@ -162,14 +162,20 @@ def annotate_steps():
 
 
 def measured_from(step_ranges, steps, skip):
-    """Where the GPU's waits are measured from: the start of the profiled step after the first `skip` of `steps`
-    (the "train_step" ranges on the GPU, (start, end), in any order), or -inf (all of them) unless there is one
-    range a step and steps after the skipped ones: a profiler that gave a range per CUDA stream would give more.
+    """Where the GPU's waits are measured from: the start of the profiled step after the first `skip` of `steps`,
+    or -inf (all of them) unless each CUDA stream has one range a step and there are steps after the skipped ones.
+    `step_ranges` are the "train_step" ranges on the GPU, (stream, start, end), in any order: the profiler gives
+    one per stream that ran the step's kernels (the compute stream and NCCL's, 2 H200s, session 21), so a step
+    starts where the first of its streams does.
     The profiled steps begin with the GPU's queue drained, since the timed steps before them end on a loss read,
     and the first step waits for the host to queue it: 1.4 ms of idle in stage 0 at the 8-GPU per-rank batch on
     2 H200s (session 20), 0.9 % of its six profiled steps, which no training step pays."""
-    starts = sorted(start for start, _ in step_ranges)
-    return starts[skip] if len(starts) == steps > skip else -math.inf
+    starts = {}
+    for stream, start, _ in step_ranges:
+        starts.setdefault(stream, []).append(start)
+    if not starts or steps <= skip or any(len(s) != steps for s in starts.values()):
+        return -math.inf
+    return min(sorted(s)[skip] for s in starts.values())
 
 
 def optimizer_times(annotations, profiled):
@@ -208,9 +214,9 @@ def profile_steps(model, loader, shape, optimizers, step_numbers, args, world_si
             other_launches[e.name] += 1 / profiled
     # the waits (busy share, exposed communication, gaps) from the second round of the stage's steps on: the first
     # round starts on a drained queue (measured_from)
-    start = measured_from([(e.time_range.start, e.time_range.end) for e in prof.events() if e.is_user_annotation
-                           and e.device_type == DeviceType.CUDA and e.name == "train_step"], profiled,
-                          len(step_numbers))
+    start = measured_from([(e.device_resource_id, e.time_range.start, e.time_range.end) for e in prof.events()
+                           if e.is_user_annotation and e.device_type == DeviceType.CUDA and e.name == "train_step"],
+                          profiled, len(step_numbers))
     measured = profiled - len(step_numbers) if start > -math.inf else profiled
     if device.type == "cuda" and measured == profiled:
         print(f"note: the steps' ranges were not found on the GPU as expected; busy, exposed and gaps span all "

@@ -135,11 +135,13 @@ def test_each_training_step_shows_in_the_profile_as_one_range(monkeypatch):
 
 
 @pytest.mark.parametrize("ranges, steps, skip, start", [
-    ([(30, 40), (0, 10), (20, 30), (10, 20)], 4, 2, 20),  # the third step's start, the ranges in any order
-    ([(0, 10), (10, 20)], 2, 1, 10),                       # a one-step stage: from its second profiled step
-    ([(0, 10), (10, 20)], 2, 2, -math.inf),                # no steps after the skipped ones: all of them
-    ([(0, 10), (1, 9), (10, 20), (11, 19)], 2, 1, -math.inf),  # two ranges a step (two streams): all of them
-    ([], 6, 2, -math.inf),                                 # no GPU ranges (the CPU): all of them
+    ([(7, 30, 40), (7, 0, 10), (7, 20, 30), (7, 10, 20)], 4, 2, 20),  # the third step's start, in any order
+    ([(7, 0, 10), (7, 10, 20)], 2, 1, 10),                             # a one-step stage: from its second step
+    ([(7, 0, 10), (7, 10, 20)], 2, 2, -math.inf),                      # no steps after the skipped ones: all
+    ([(7, 0, 10), (25, 4, 9), (7, 11, 20), (25, 10, 19), (7, 20, 30), (25, 21, 29)], 3, 1, 10),  # two streams,
+    # one range each a step (session 21's trace): a step starts where the first of its streams does
+    ([(7, 0, 10), (25, 4, 9), (7, 10, 20), (7, 20, 30), (25, 21, 29)], 3, 1, -math.inf),  # a stream's step unranged
+    ([], 6, 2, -math.inf),                                             # no GPU ranges (the CPU): all of them
 ])
 def test_the_waits_are_measured_from_the_step_after_the_skipped_ones(ranges, steps, skip, start):
     assert step_profile.measured_from(ranges, steps, skip) == start
