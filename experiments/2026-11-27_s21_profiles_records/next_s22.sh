@@ -1,6 +1,6 @@
 #!/bin/bash
-# Next session (22), 2 GPUs of one host (any card: nvidia-h200-x2 came every time it was asked, nvidia-h100-x2
-# twice in five), written in session 21 and not run. Its forms are those that ran in session 21 (profile_s21.sh,
+# Next session (22), 2 GPUs of one host (any card; in session 21 nvidia-h100-x2 gave H100s in one call of three,
+# H200s in the others), written in session 21 and not run. Its forms are those that ran in session 21 (profile_s21.sh,
 # ../2026-11-27_s20_isolate_rowgroup/next_s21.sh). Before:
 #   the device tree is main; git show main:train_gpt.py > scratch/train_gpt_main.py;
 #   git show s21-stack:train_gpt.py > scratch/train_gpt_stack.py;
