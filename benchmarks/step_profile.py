@@ -27,6 +27,7 @@ and the device machines send files back within limits): open them in Perfetto si
 waits for another.
 """
 import argparse
+import bisect
 import functools
 import math
 import re
@@ -159,6 +160,23 @@ def annotate_steps():
     for optimizer in (tg.NorMuon, tg.Adam, tg.RowAdam):
         for name in OPTIMIZER_HALVES:
             setattr(optimizer, name, annotated(getattr(optimizer, name), f"{optimizer.__name__}.{name}"))
+
+
+def optimizer_region(trace_events):
+    """For a trace that step_profile exported (its events with "ph" X): a function from a GPU time (us) to the
+    optimizer range it falls in, e.g. "Adam.start_step" (annotate_steps) or "Adam.zero_grad" (PyTorch's
+    "Optimizer.zero_grad#Adam.zero_grad"), or None. Earlier traces' whole steps ("Optimizer.step#Adam.step") count
+    too. "train_step" does not: it holds the forward and backward pass."""
+    halves = tuple(f".{half}" for half in OPTIMIZER_HALVES)
+    ranges = sorted((e["ts"], e["ts"] + e["dur"], e["name"].split("#")[-1]) for e in trace_events
+                    if e.get("cat") == "gpu_user_annotation"
+                    and (e["name"].startswith("Optimizer.") or e["name"].endswith(halves)))
+    starts = [start for start, _, _ in ranges]
+
+    def region(ts):
+        i = bisect.bisect_right(starts, ts) - 1
+        return ranges[i][2] if i >= 0 and ts <= ranges[i][1] else None
+    return region
 
 
 def measured_from(step_ranges, steps, skip):

@@ -134,6 +134,19 @@ def test_each_training_step_shows_in_the_profile_as_one_range(monkeypatch):
     assert [e.name for e in prof.events() if e.is_user_annotation].count("train_step") == 2
 
 
+def test_optimizer_region_names_the_optimizer_range_a_gpu_time_falls_in():
+    """An exported trace's GPU ranges: the optimizers' halves and zero_grad by their names, an earlier trace's whole
+    step too; train_step, CPU ranges and kernels are no optimizer's."""
+    def event(name, ts, dur, cat="gpu_user_annotation"):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}
+    events = [event("train_step", 0, 100), event("NorMuon.start_step", 50, 10),
+              event("Optimizer.zero_grad#Adam.zero_grad", 70, 5), event("Optimizer.step#Adam.step", 80, 5),
+              event("RowAdam.finish_step", 0, 100, cat="user_annotation"), event("nvjet_gemm", 90, 5, cat="kernel")]
+    region = step_profile.optimizer_region(events)
+    assert [region(ts) for ts in (10, 55, 60, 65, 72, 82, 92)] == [
+        None, "NorMuon.start_step", "NorMuon.start_step", None, "Adam.zero_grad", "Adam.step", None]
+
+
 @pytest.mark.parametrize("ranges, steps, skip, start", [
     ([(7, 30, 40), (7, 0, 10), (7, 20, 30), (7, 10, 20)], 4, 2, 20),  # the third step's start, in any order
     ([(7, 0, 10), (7, 10, 20)], 2, 1, 10),                             # a one-step stage: from its second step

@@ -10,15 +10,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.step_profile import exposed_time, kernel_kind, merge, short_name  # noqa: E402
+from benchmarks.step_profile import exposed_time, kernel_kind, merge, optimizer_region, short_name  # noqa: E402
 
 trace = json.load(gzip.open(sys.argv[1]))
 events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
 kernels = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
-# an optimizer's step() ("Optimizer.step#Adam.step"), or since session 19 a half of it that step_profile names
-# ("Adam.start_step", "Adam.finish_step")
-steps = [e for e in events if e.get("cat") == "gpu_user_annotation"
-         and (e["name"].startswith("Optimizer.step#") or e["name"].endswith((".start_step", ".finish_step")))]
+optimizer = optimizer_region(events)
 nccl = [e for e in kernels if kernel_kind(e["name"]) == "nccl"]
 compute = [e for e in kernels if kernel_kind(e["name"]) != "nccl"]
 busy = merge([(e["ts"], e["ts"] + e["dur"]) for e in compute])
@@ -27,8 +24,7 @@ origin = kernels[0]["ts"]
 
 
 def optimizer_at(ts):
-    return ",".join(e["name"].split("#")[-1].removesuffix(".step") for e in steps
-                    if e["ts"] <= ts <= e["ts"] + e["dur"]) or "-"
+    return optimizer(ts) or "-"
 
 
 def short(name):

@@ -3,7 +3,6 @@
 which work does not halve on two GPUs. NCCL kernels are left out. Usage:
 kernel_regions.py ONE_GPU_TRACE TWO_GPU_TRACE [STEPS] (rank 0's traces of the same stage, STEPS steps each, 6 by
 default: step_profile's --trace_stage)."""
-import bisect
 import collections
 import gzip
 import json
@@ -11,25 +10,17 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.step_profile import OPTIMIZER_HALVES, kernel_kind, short_name  # noqa: E402
-
-HALVES = tuple(f".{half}" for half in OPTIMIZER_HALVES)  # "Adam.start_step", not step_profile's "train_step"
+from benchmarks.step_profile import kernel_kind, optimizer_region, short_name  # noqa: E402
 
 
 def per_step(path, steps):
     events = [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("ph") == "X"]
-    # step() and zero_grad's ranges ("Optimizer.step#Adam.step"), or since session 19 the halves of a step that
-    # step_profile names ("Adam.start_step")
-    optimizer = sorted((e["ts"], e["ts"] + e["dur"], e["name"].split("#")[-1]) for e in events
-                       if e.get("cat") == "gpu_user_annotation" and (e["name"].startswith("Optimizer.")
-                                                                      or e["name"].endswith(HALVES)))
-    starts = [start for start, _, _ in optimizer]
+    optimizer = optimizer_region(events)
     by_region, by_kernel = collections.Counter(), collections.Counter()
     for e in events:
         if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset") or kernel_kind(e["name"]) == "nccl":
             continue
-        i = bisect.bisect_right(starts, e["ts"]) - 1
-        region = optimizer[i][2] if i >= 0 and e["ts"] <= optimizer[i][1] else "forward and backward"
+        region = optimizer(e["ts"]) or "forward and backward"
         by_region[region] += e["dur"] / 1000 / steps
         by_kernel[region, short_name(e["name"], 50)] += e["dur"] / 1000 / steps
     return by_region, by_kernel

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.step_profile import OPTIMIZER_HALVES, kernel_kind, merge  # noqa: E402
+from benchmarks.step_profile import kernel_kind, merge, optimizer_region  # noqa: E402
 
 BUCKETS_US = (5, 20, 100)  # gap lengths: under 5 us, 5-20, 20-100, 100 and more
 
@@ -26,15 +26,7 @@ def main():
     own = parser.parse_args()
     events = [e for e in json.load(gzip.open(own.trace))["traceEvents"] if e.get("ph") == "X"]
     work = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    halves = tuple(f".{half}" for half in OPTIMIZER_HALVES)  # "Adam.start_step", not step_profile's "train_step"
-    ranges = sorted((e["ts"], e["ts"] + e["dur"], e["name"].split("#")[-1]) for e in events
-                    if e.get("cat") == "gpu_user_annotation"
-                    and (e["name"].startswith("Optimizer.") or e["name"].endswith(halves)))
-    starts = [start for start, _, _ in ranges]
-
-    def region(ts):
-        i = bisect.bisect_right(starts, ts) - 1
-        return ranges[i][2] if i >= 0 and ts < ranges[i][1] else "forward and backward"
+    region = optimizer_region(events)
 
     busy = merge((e["ts"], e["ts"] + e["dur"]) for e in work)
     span = busy[-1][1] - busy[0][0]
@@ -50,7 +42,7 @@ def main():
         if count[bucket]:
             print(f"| {name} | {count[bucket] / own.steps:.0f} | {by_length[bucket] / 1000 / own.steps:.3f} | "
                   f"{by_length[bucket] / count[bucket]:.1f} |")
-    kernels = Counter(region(e["ts"]) for e in work if kernel_kind(e["name"]) != "nccl")
+    kernels = Counter(region(e["ts"]) or "forward and backward" for e in work if kernel_kind(e["name"]) != "nccl")
     print(f"\n| range | kernels per step |\n|---|---:|")
     for name, n in kernels.most_common():
         print(f"| {name} | {n / own.steps:.1f} |")
