@@ -346,13 +346,15 @@ def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(warm_up_run
     assert warm_up[-1][-1] is False and {call[3] for call in warm_up} == {True, False}
     assert {call[1] for call in warm_up} == {10240, 14336, 24576, None}
 
-    calls, updates, applied = [], [], []
+    calls, updates, parts, applied = [], [], [], []
     monkeypatch.setattr(tg.GPT, "forward", recording_forward(calls))
     monkeypatch.setattr(tg, "adam_update", lambda weights, *rest: updates.append(weights.dtype))
+    monkeypatch.setattr(tg, "normuon_update", lambda grad, *rest: parts.append(
+        (tuple(grad.shape), torch.is_grad_enabled())) or torch.zeros_like(grad))
     monkeypatch.setattr(tg, "normuon_apply", lambda weights, update, lr, decay: applied.append(
         (tuple(weights.shape), tuple(update.shape), float(lr), float(decay), torch.is_grad_enabled())))
     val_shape = tg.BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
-    tg.precompile(args, torch.device("cpu"), shapes, val_shape, [1, 2, 3, 4, None])
+    tg.precompile(args, torch.device("cpu"), 2, shapes, val_shape, [1, 2, 3, 4, None])
     assert len(calls) == 4 * 2 + 1  # one micro-batch per warm-up step, one validation batch
     assert set(calls) == set(warm_up)
     # validation's helper also stepped Adam once, on every one of its parameters (the embedding joins only when
@@ -364,6 +366,12 @@ def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(warm_up_run
     # NorMuon's step does
     matrices = [p for n, p in model.named_parameters() if tg.param_config(n).optimizer == "normuon"]
     assert sorted(applied) == sorted((tuple(p.shape), tuple(p.shape), 0.0, 0.0, False) for p in matrices)
+    # and ran NorMuon's update on each share of a rank of the run's 2, without grad mode (a graph for each shape:
+    # one GPU's shares are larger)
+    named = [(n, p) for n, p in model.named_parameters() if tg.param_config(n).optimizer == "normuon"]
+    shares = {size: sorted((tuple(share.shape), False) for share in tg.NorMuon(named, 0.1, 0.1, size).shares)
+              for size in (1, 2)}
+    assert sorted(parts) == shares[2] != shares[1]
 
 
 def test_precompiler_stop_ends_the_helpers_still_running(workdir, monkeypatch):
@@ -376,7 +384,7 @@ def test_precompiler_stop_ends_the_helpers_still_running(workdir, monkeypatch):
     shapes = [tg.train_shape(args, 1, stage) for stage in tg.TRAINING_STAGES]
     val_shape = tg.BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
     messages = []
-    precompiler = tg.Precompiler(args, torch.device("cpu"), shapes, val_shape, messages.append)
+    precompiler = tg.Precompiler(args, torch.device("cpu"), 1, shapes, val_shape, messages.append)
     helpers = set(precompiler.helpers.values())
     assert len(helpers) == 3 and len(messages) == 3 and all(helper.is_alive() for helper in helpers)
     precompiler.stop()
