@@ -835,7 +835,9 @@ class NorMuon(torch.optim.Optimizer):
             config = param_config(name)
             key = (tuple(p.shape), config.lr_mul, config.wd_mul)
             groups.setdefault(key, dict(params=[], lr_mul=config.lr_mul, wd=wd * config.wd_mul))["params"].append(p)
-        super().__init__(list(groups.values()), dict(lr=lr, momentum=0.95))
+        # foreach: zero_grad zeroes the gradients in a launch or two, not one per matrix (back-to-back fills
+        # with gaps between them, 0.15 ms of a 30 ms step at the 8-GPU per-rank shapes on 2 H100s, session 14)
+        super().__init__(list(groups.values()), dict(lr=lr, momentum=0.95, foreach=True))
         self.world_size = world_size
         self.parts = []  # (its group's index, its matrices) in the order step() works on them
         for g, group in enumerate(self.param_groups):
@@ -1028,7 +1030,7 @@ class Adam(torch.optim.Optimizer):
             group = groups.setdefault(key, dict(params=[], lr_mul=config.lr_mul, wd=wd * config.wd_mul,
                                                 betas=config.betas, steps=0))
             group["params"].append(p)
-        super().__init__(list(groups.values()), dict(lr=lr, eps=eps))
+        super().__init__(list(groups.values()), dict(lr=lr, eps=eps, foreach=True))  # foreach: as NorMuon's
         self.world_size, self.rank = world_size, dist.get_rank() if world_size > 1 else 0
         self.reduced = {}  # while gradients are being summed: {parameter: (its summed gradient or share, work)}
         self.gathers = []  # between start_step and finish_step: (large parameter, its values' all-gather)

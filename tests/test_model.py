@@ -669,6 +669,27 @@ def test_normuon_updates_its_parts_in_the_order_their_reductions_started():
     assert normuon.updates == [] and all(not torch.equal(p, b) for p, b in zip(matrices, before))
 
 
+def test_optimizers_zero_their_gradients_in_one_foreach_call(monkeypatch):
+    """NorMuon's and Adam's zero_grad (in place, as train_step calls it) zero every gradient through one
+    torch._foreach_zero_ per dtype, not a zero_ per parameter: one launch per parameter left the GPU idle
+    between back-to-back fills."""
+    args = tg.parse_args(["--smoke"])
+    model = tg.build_model(args, torch.device("cpu"), 1)
+    adam, normuon, _ = tg.make_optimizers(model, args, 1)
+    source = tg.TrainSource(args.train_files, 0, 1, repeat=True, ngram_rows=args.ngram_rows)
+    (micro,) = next(tg.synchronous_batches(source, [tg.BatchShape(768, 512, 1)]))
+    tg.forward_backward(model, micro, tg.StepState((128, 256), (256,), tied=True))
+    zeroed, foreach_zero = [], torch._foreach_zero_
+    monkeypatch.setattr(torch, "_foreach_zero_", lambda tensors: (zeroed.append(len(tensors)), foreach_zero(tensors)))
+    for opt in (normuon, adam):
+        zeroed.clear()
+        with_grads = [p for group in opt.param_groups for p in group["params"] if p.grad is not None]
+        assert any(p.grad.abs().max() > 0 for p in with_grads)
+        opt.zero_grad(set_to_none=False)
+        assert all(p.grad is not None and not p.grad.any() for p in with_grads)
+        assert sum(zeroed) == len(with_grads) and len(zeroed) <= 2  # float32 and bf16 at most
+
+
 class LoggedEvents(tg.GradientEvents):
     """GradientEvents that logs each record: (the group, the parameters whose gradients were final by then)."""
 
