@@ -835,8 +835,8 @@ class NorMuon(torch.optim.Optimizer):
             config = param_config(name)
             key = (tuple(p.shape), config.lr_mul, config.wd_mul)
             groups.setdefault(key, dict(params=[], lr_mul=config.lr_mul, wd=wd * config.wd_mul))["params"].append(p)
-        # foreach: zero_grad zeroes the gradients in a launch or two, not one per matrix (back-to-back fills
-        # with gaps between them, 0.15 ms of a 30 ms step at the 8-GPU per-rank shapes on 2 H100s, session 14)
+        # foreach: zero_grad zeroes the gradients in a few launches, not one per matrix (back-to-back fills with
+        # gaps between them, 0.15 ms of a 30 ms step at the 8-GPU per-rank shapes on 2 H100s, session 14)
         super().__init__(list(groups.values()), dict(lr=lr, momentum=0.95, foreach=True))
         self.world_size = world_size
         self.parts = []  # (its group's index, its matrices) in the order step() works on them
