@@ -264,17 +264,10 @@ def test_compiled_row_adam_update_equals_eager_and_compiles_once():
 
 
 def normuon_update_float64(grad, momentum_buffer, second_moment, momentum):
-    """normuon_update in float64, without its bf16 roundings."""
+    """normuon_update in float64 (the arguments), without its bf16 roundings."""
+    from test_model import polar_express_float64
     momentum_buffer.lerp_(grad, 1 - momentum)
-    G = grad.lerp_(momentum_buffer, momentum)
-    X = G.reshape(-1, *G.shape[-2:])
-    wide = X.size(-2) <= X.size(-1)
-    X = X if wide else X.mT
-    X = X / (1.02 * X.norm(dim=(-2, -1), keepdim=True) + 1e-6)
-    for a, b, c in tg.POLAR_EXPRESS:
-        A = X @ X.mT
-        X = a * X + (b * A + c * A @ A) @ X
-    X = (X if wide else X.mT).reshape(G.shape)
+    X = polar_express_float64(grad.lerp_(momentum_buffer, momentum))
     rows, cols = X.shape[-2:]
     second_moment.lerp_(X.square().mean(dim=-1 if rows >= cols else -2, keepdim=True), 0.1)
     Y = X * second_moment.rsqrt()
