@@ -2495,20 +2495,20 @@ def precompile(args, device, world_size, shapes, val_shape, stages):
 
 def compile_optimizer_updates(model, args, world_size):
     """The optimizers' compiled arithmetic, each run once as a rank of `world_size` runs it, which compiles it
-    into the compile cache: NorMuon's update of each part's share at that world size (a graph for each shape:
-    a rank's shares are smaller on more ranks), on zero gradients; NorMuon's application of its updates for
-    every part, in its order, at zero learning rate and decay (the weights stay as they are); then Adam's update
-    on zero gradients from zero moments (likewise; one graph per dtype, whatever the sizes). Their state (Adam's
-    moments, about 1.5 GB at the default size, and NorMuon's buffers) is freed on return."""
-    adam, normuon, _ = make_optimizers(model, args, world_size=1)
+    into the compile cache: for each of NorMuon's parts at that world size, in its order, its update of the
+    rank's share (a graph for each shape: a rank's shares are smaller on more ranks) on zero gradients, and the
+    application of updates to the part's matrices at zero learning rate and decay (the weights stay as they
+    are); then Adam's update on zero gradients from zero moments (likewise; one graph per dtype, whatever the
+    sizes). Their state (Adam's moments, about 1.5 GB at the default size, and NorMuon's buffers) is freed on
+    return."""
+    adam = make_optimizers(model, args, world_size=1).adam  # one rank's: with several, Adam needs the process group
     matrices = [(n, p) for n, p in model.named_parameters() if param_config(n).optimizer == "normuon"]
-    sharded = NorMuon(matrices, lr=args.matrix_lr, wd=args.matrix_wd, world_size=world_size)
+    normuon = NorMuon(matrices, lr=args.matrix_lr, wd=args.matrix_wd, world_size=world_size)
     with torch.no_grad():  # as their steps run
-        for i, share in enumerate(sharded.shares):
+        for i, (share, (_, part)) in enumerate(zip(normuon.shares, normuon.parts)):
             share.zero_()
-            sharded.part_update(i)
-        for i, (_, matrices) in enumerate(normuon.parts):
-            normuon.apply_update(i, matrices[0].new_zeros(len(matrices), *matrices[0].shape, dtype=torch.bfloat16))
+            normuon.part_update(i)
+            normuon.apply_update(i, part[0].new_zeros(len(part), *part[0].shape, dtype=torch.bfloat16))
     for group in adam.param_groups:
         for p in group["params"]:  # Adam's only: the matrices' zeros would be 256 MB for nothing
             p.grad = torch.zeros_like(p)
