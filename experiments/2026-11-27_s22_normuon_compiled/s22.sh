@@ -15,6 +15,9 @@
 # Rule: s22 is merged if its tests pass and either ab.py passes it, or its A/B mean time is not above main's and
 # in every stage the median of its three profiles' step times is below the median of main's by more than main's
 # own spread (slowest minus fastest of main's three) in at least four stages of six, and above it in none.
+# Later calls run it for another arm: ARM (scratch/train_gpt_$ARM.py) and TESTS (pytest's -k expression in
+# tests/test_gpu.py) default to what call 1 ran.
+ARM=${ARM:-s22} TESTS=${TESTS:-normuon}
 R=/tmp/res; rm -rf $R /tmp/gt; mkdir -p $R; cp -r . /tmp/gt; cd /tmp/gt
 rm -rf scratch/.bytecode scratch/logs
 export PYTHONUNBUFFERED=1
@@ -33,8 +36,8 @@ profile () {  # name, arm
   grep -m1 "^note:" $R/$1.out >> $R/progress
   cp traces/step_profile_rank0.json.gz $R/trace_$1.json.gz; rm -rf traces
 }
-for k in 1 2 3; do profile main$k main; profile s22_$k s22; done
-cp scratch/train_gpt_s22.py train_gpt.py
+for k in 1 2 3; do profile main$k main; profile ${ARM}_$k $ARM; done
+cp scratch/train_gpt_$ARM.py train_gpt.py
 unset TORCHINDUCTOR_CACHE_DIR TRITON_CACHE_DIR
 echo "=== proxy A/B $(date +%T)" >> $R/progress
 run () {  # arm, seed
@@ -45,9 +48,9 @@ run () {  # arm, seed
   grep -h '^startup\|^final val_loss' $R/$1_x2/*.txt | cut -f1 | cut -c1-240 | tail -2 >> $R/progress
 }
 rm -rf /tmp/cc_*
-run main 0; run s22 0; run main 1; run s22 1
-python3 records/ab.py $R/main_x2 $R/s22_x2 >> $R/progress 2>&1
+run main 0; run $ARM 0; run main 1; run $ARM 1
+python3 records/ab.py $R/main_x2 $R/${ARM}_x2 >> $R/progress 2>&1
 echo "=== GPU tests $(date +%T)" >> $R/progress
-CUDA_VISIBLE_DEVICES=0 timeout 400 python3 -m pytest -q tests/test_gpu.py -k normuon < /dev/null > $R/test_gpu.txt 2>&1
+CUDA_VISIBLE_DEVICES=0 timeout 400 python3 -m pytest -q tests/test_gpu.py -k "$TESTS" < /dev/null > $R/test_gpu.txt 2>&1
 tail -3 $R/test_gpu.txt >> $R/progress
 echo "=== all done $(date +%T)" >> $R/progress
