@@ -1,5 +1,6 @@
 """train_gpt.py as a user meets it: one-line errors for bad input, tracebacks for internal errors, and the
 console (a progress bar on a terminal, plain lines elsewhere)."""
+import collections
 import fcntl
 import gc
 import io
@@ -192,11 +193,12 @@ def test_ctrl_c_ends_the_run_with_one_line_in_the_log_and_status_130(where, work
     assert status == 130 and err == [f"interrupted {where}"] and log[-1] == f"interrupted {where}"
 
 
-# A 10 + 2-step smoke run with the default two warm-up steps: the stages start at steps 0, 3, 7, 8, 9 and 10, the
-# untie step is 7, and the warm-up runs steps 0-1, 3-4, 7-8, 8-9 and 9-10 (a stage one step long spills into the
-# next). So stage 2's warm-up passes the untie step and the whole warm-up ends on an even step: what the warm-up
-# and precompile tests below need, from one run.
-WARM_UP_RUN = QUICK + ["--warmup_steps", "2", "--scheduled_steps", "10", "--merge_table", "data/gpt2_merges.npy"]
+# A 10 + 1-step smoke run with the default two warm-up steps: the stages start at steps 0, 3, 7, 8, 9 and 10, the
+# untie step is 7, and the warm-up runs steps 0-1, 3-4, 7-7, 8-8, 9-9 and 10-10 (each key of the CUDA graphs on
+# two steps: a stage one step long has its step twice). So the warm-up passes the untie step and ends on an even
+# step: what the warm-up and precompile tests below need, from one run.
+WARM_UP_RUN = QUICK + ["--warmup_steps", "2", "--scheduled_steps", "10", "--extension_steps", "1",
+                       "--merge_table", "data/gpt2_merges.npy"]
 
 
 def recording_forward(calls):
@@ -264,16 +266,16 @@ def warm_up_run(tmp_path_factory):
 
 
 def test_warm_up_leaves_no_trace_in_the_run(warm_up_run):
-    """A 10 + 2-step smoke run's warm-up (steps 0-1, 3-4, 7-8, 8-9 and 9-10) passes the untie step (7) and ends
+    """A 10 + 1-step smoke run's warm-up (steps 0-1, 3-4, 7-7, 8-8, 9-9, 10-10) passes the untie step (7) and ends
     on an even step, whose Adam gradients are kept: the first timed step must still start with every gradient zero
     (gradients are zeroed in place, never freed, as the CUDA graphs hold their addresses), and tied: the tie is the
     step's (StepState), not the model's, so the warm-up cannot leave it behind."""
     assert warm_up_run.status == 0
     seen = warm_up_run.steps
     steps = [step for step, _, _ in seen]
-    assert steps[:10] == [0, 1, 3, 4, 7, 8, 8, 9, 9, 10] and steps[10:] == list(range(12))
-    assert seen[9][2]  # the warm-up's last step left Adam's gradients behind
-    assert seen[10][1] == []  # the run's first step: no gradient
+    assert steps[:12] == [0, 1, 3, 4, 7, 7, 8, 8, 9, 9, 10, 10] and steps[12:] == list(range(11))
+    assert seen[11][2]  # the warm-up's last step left Adam's gradients behind
+    assert seen[12][1] == []  # the run's first step: no gradient
     forwards = warm_up_run.forwards
     validations = [i for i, (*_, grad_mode) in enumerate(forwards) if not grad_mode]  # warm-up's, step 0's, the last
     assert len(validations) == 3 and validations[1] == validations[0] + 1
@@ -289,7 +291,7 @@ def test_tail_average_takes_every_timed_step_and_ships_once_before_the_final_val
     assert warm_up_run.status == 0
     updates = [event[1] for event in warm_up_run.tail if event[0] == "update"]
     applies = [event for event in warm_up_run.tail if event[0] == "apply"]
-    assert updates == list(range(12)) and len(applies) == 1 and warm_up_run.tail[-1] == applies[0]
+    assert updates == list(range(11)) and len(applies) == 1 and warm_up_run.tail[-1] == applies[0]
     _, steps_before, forwards_before = applies[0]
     assert steps_before == len(warm_up_run.steps)  # after the last training step
     final_validation = warm_up_run.forwards[forwards_before:]
@@ -311,10 +313,10 @@ def test_validation_mask_ships_once_after_the_weight_average_and_before_the_fina
 
 
 def test_garbage_collector_is_off_in_the_timed_steps_only(warm_up_run):
-    """Python's cyclic collector runs in the warm-up (10 steps here) and is off for the 12 timed steps: a pass in
+    """Python's cyclic collector runs in the warm-up (12 steps here) and is off for the 11 timed steps: a pass in
     the loop would stall the host that queues the steps. The fixture checks that the run turns it back on."""
     assert warm_up_run.status == 0
-    assert warm_up_run.collecting == [True] * 10 + [False] * 12
+    assert warm_up_run.collecting == [True] * 12 + [False] * 11
 
 
 def test_startup_line_splits_the_start_up_into_phases_that_add_up(warm_up_run):
@@ -325,7 +327,7 @@ def test_startup_line_splits_the_start_up_into_phases_that_add_up(warm_up_run):
     phases = [phase.rsplit(" ", 1) for phase in line.removeprefix("startup: ").split(", ")]
     names = [name for name, _ in phases]
     # no compile cache on the CPU
-    assert names == ["imports", "device and log header", "data", "model", *(f"warm-up stage {i}" for i in range(5)),
+    assert names == ["imports", "device and log header", "data", "model", *(f"warm-up stage {i}" for i in range(6)),
                      "validation warm-up", "total"]
     seconds = [float(value.removesuffix("s")) for _, value in phases]
     *parts, total = seconds
@@ -333,16 +335,17 @@ def test_startup_line_splits_the_start_up_into_phases_that_add_up(warm_up_run):
 
 
 def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(warm_up_run, monkeypatch):
-    """A cold start's helper processes compile stages 1 to 4 and validation for the warm-up to load: they must
+    """A cold start's helper processes compile stages 1 to 5 and validation for the warm-up to load: they must
     run the forward passes the warm-up runs there, at the same batch shapes and in the same compiled-graph states
-    (windows, tie state, the head's loss terms and sampled rows, grad mode). Run here in this process, on the
-    CPU. The warm-up test's run: stage 2's warm-up (7-8) passes the untie step (7)."""
+    (windows, tie state, the head's loss terms and sampled rows, grad mode), each once. Run here in this process,
+    on the CPU. The warm-up test's run: the warm-up passes the untie step (7, stage 2's)."""
     assert warm_up_run.status == 0
     args = tg.parse_args(WARM_UP_RUN)
     shapes = [tg.train_shape(args, 1, stage) for stage in tg.TRAINING_STAGES]
-    assert list(tg.warm_up_steps(args, shapes)) == [0, 1, 2, 3, 4]  # the extension has stage 4's shape
-    passes = [2 * shape.accum_steps for shape in shapes[:5]]  # forward passes of each stage's warm-up
-    warm_up = warm_up_run.forwards[passes[0]: sum(passes) + 1]  # stages 1 to 4, and the validation warm-up's pass
+    warm = tg.warm_up_steps(args, shapes)
+    assert list(warm) == [0, 1, 2, 3, 4, 5]  # the extension: stage 4's shape, longer windows
+    passes = [len(steps) * shapes[stage].accum_steps for stage, steps in warm.items()]  # each stage's warm-up's
+    warm_up = warm_up_run.forwards[passes[0]: sum(passes) + 1]  # stages 1 to 5, and the validation warm-up's pass
     assert warm_up[-1][-1] is False and {call[3] for call in warm_up} == {True, False}
     assert {call[1] for call in warm_up} == {10240, 14336, 24576, None}
 
@@ -354,8 +357,8 @@ def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(warm_up_run
     monkeypatch.setattr(tg, "normuon_apply", lambda weights, update, lr, decay: applied.append(
         (tuple(weights.shape), tuple(update.shape), float(lr), float(decay), torch.is_grad_enabled())))
     val_shape = tg.BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
-    tg.precompile(args, torch.device("cpu"), 2, shapes, val_shape, [1, 2, 3, 4, None])
-    assert len(calls) == 4 * 2 + 1  # one micro-batch per warm-up step, one validation batch
+    tg.precompile(args, torch.device("cpu"), 2, shapes, val_shape, [1, 2, 3, 4, 5, None])
+    assert len(calls) == 2 + 4 + 1  # one micro-batch per distinct warm-up step (3-4, 7, 8, 9, 10), one validation
     assert set(calls) == set(warm_up)
     # validation's helper also stepped Adam once, on every one of its parameters (the embedding joins only when
     # untied), so that its compiled update is in the cache for the training process
@@ -372,6 +375,24 @@ def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(warm_up_run
     shares = {size: sorted((tuple(share.shape), False) for share in tg.NorMuon(named, 0.1, 0.1, size).shares)
               for size in (1, 2)}
     assert sorted(parts) == shares[2] != shares[1]
+
+
+@pytest.mark.parametrize("argv", [[], ["--scheduled_steps", "185", "--extension_steps", "3"], WARM_UP_RUN],
+                         ids=["record", "proxy", "smoke"])
+def test_warm_up_runs_each_graph_key_of_the_run_on_two_steps(argv):
+    """MicroStepGraphs captures a key (batch shape, StepState.graph_key) on its second pass: a key that the warm-up
+    ran on one step, or none, was captured in the timed loop wherever a step has one micro-batch (8 GPUs), 0.1-0.2
+    s each on 2 H100s (session 23): stage 2's first step, the last tied one, and the extension's windows. The
+    warm-up runs every key of the run on warmup_steps steps, in the run's order (tied before untied)."""
+    args = tg.parse_args(argv)
+    shapes = [tg.train_shape(args, 1, stage) for stage in tg.TRAINING_STAGES]
+
+    def key(step):
+        return shapes[tg.stage_index(step, args)], tg.step_state(step, args).graph_key()
+    warm = [step for steps in tg.warm_up_steps(args, shapes).values() for step in steps]
+    runs = collections.Counter(map(key, warm))
+    assert set(runs) == set(map(key, range(tg.total_steps(args)))) and set(runs.values()) == {args.warmup_steps}
+    assert warm == sorted(warm) and len(set(warm)) < len(warm)  # the last tied step, stage 2's first, twice
 
 
 def test_precompiler_stop_ends_the_helpers_still_running(workdir, monkeypatch):
