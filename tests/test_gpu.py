@@ -443,7 +443,7 @@ def test_graphed_micro_steps_equal_uncaptured_ones():
         losses.append([tg.train_step(model, batch, optimizers, step, args, 1).item()
                        for step, batch in zip(steps, batches)])
         weights.append({n: p.detach().float() for n, p in model.named_parameters()})
-    assert len(graphed.graphs.graphs) == 2  # tied and untied
+    assert len(graphed.graphs.graphs) == 4  # tied and untied, each a step's first pass and its later ones
     # Later steps' losses check the updates: a step lost or applied twice moves the loss by about 1e-2 of it
     # here. The last loss, after three updates, differed by 5.9e-5 on an H200 (the nondeterminism below).
     assert losses[0] == pytest.approx(losses[1], rel=5e-4)
@@ -471,6 +471,40 @@ def test_graphed_micro_steps_equal_uncaptured_ones():
         assert apart[key] <= max(0.15 * moved[key], 2 * noise[key]), key
 
 
+def test_graphed_first_passes_write_the_gradients_that_later_passes_add_into(monkeypatch):
+    """MicroStepGraphs over steps of two micro-batches, NorMuon's matrices without gradients before each step as
+    train_step leaves them: after each step they hold the sum of its two passes' gradients, as the same passes
+    uncaptured from fresh gradients give them, in every mode: uncaptured, captured, replayed, and a replay whose
+    first pass runs uncaptured (more sequences than its graph has room for: its gradients are copied to where
+    the second pass's graph adds). A first pass that wrote to new memory there would leave the second pass's
+    graph adding into the step before's gradients."""
+    args = tg.parse_args(["--smoke", "--micro_batch_tokens", "4096", "--batch_tokens", "8192"])
+    device = torch.device("cuda")
+    model = tg.build_model(args, device, 1)
+    randomise_zero_initialised(model)
+    matrices = [p for n, p in model.named_parameters() if tg.param_config(n).optimizer == "normuon"]
+    loader = tg.PrefetchLoader(tg.TrainSource(args.train_files, 0, 1, repeat=True, pin_memory=True,
+                                              ngram_rows=args.ngram_rows), device)
+    state = tg.step_state(0, args)
+    model.prepare(state)
+    seqs_per_graph = tg.GRAPH_TOKENS_PER_SEQ
+    for step in range(5):  # uncaptured, captured, replayed, its first pass uncaptured, replayed
+        batch = loader.send(tg.BatchShape(4096, 512, 2))
+        for p in matrices:
+            p.grad = None
+        for i, micro in enumerate(batch):
+            monkeypatch.setattr(tg, "GRAPH_TOKENS_PER_SEQ", 10**9 if step == 3 and i == 0 else seqs_per_graph)
+            model.graphs(micro, state, first=i == 0)
+        got = [p.grad.clone() for p in matrices]
+        for p in matrices:
+            p.grad = None
+        for micro in batch:
+            tg.forward_backward(model, micro, state)
+        for p, grad in zip(matrices, got):
+            assert p.grad.abs().max() > 0 and rel_error(grad, p.grad) < 2e-2, step
+    assert len(model.graphs.graphs) == 2
+
+
 def test_work_after_gradient_events_sees_each_replay_s_final_gradients_before_its_backward_pass_ends():
     """GradientEvents under MicroStepGraphs, as with several ranks: work queued with after(params) (their group's
     event: the last layer's two MLP matrices) once a micro-batch is queued must read that micro-batch's final
@@ -496,7 +530,7 @@ def test_work_after_gradient_events_sees_each_replay_s_final_gradients_before_it
         events.begin_step()
         begin, end, read = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         begin.record()
-        model.graphs(micro, state)
+        model.graphs(micro, state, first=True)  # every gradient there: each pass adds into them
         end.record()
         with events.after(last):
             seen = [p.grad.clone() for p in last]

@@ -669,6 +669,33 @@ def test_normuon_updates_its_parts_in_the_order_their_reductions_started():
     assert normuon.updates == [] and all(not torch.equal(p, b) for p, b in zip(matrices, before))
 
 
+def test_a_step_s_first_pass_writes_the_matrices_gradients_and_later_passes_add():
+    """train_step leaves NorMuon's matrices without gradients before a step's first micro-batch, which writes
+    them (added to zeros, they cost a float32 add and a zeroing each, every step), and the later micro-batches
+    add into them: after a step of two micro-batches each matrix holds the sum of that step's two gradients,
+    with nothing of the step before, against the same passes from fresh gradients on a copy of the model."""
+    args = tg.parse_args(["--smoke"])
+    model = tg.build_model(args, torch.device("cpu"), 1)
+    randomise_zero_initialised(model)
+    optimizers = tg.make_optimizers(model, args, 1)
+    source = tg.TrainSource(args.train_files, 0, 1, repeat=True, ngram_rows=args.ngram_rows)
+    batches = tg.synchronous_batches(source, [tg.BatchShape(768, 512, 2)] * 2)
+    tg.train_step(model, next(batches), optimizers, 0, args, 1)
+    batch = next(batches)
+    fresh = copy.deepcopy(model)
+    fresh.zero_grad(set_to_none=True)
+    state = tg.step_state(1, args)
+    fresh.prepare(state)
+    for micro in batch:
+        tg.forward_backward(fresh, micro, state)
+    tg.train_step(model, batch, optimizers, 1, args, 1)
+    matrices = [n for n, _ in model.named_parameters() if tg.param_config(n).optimizer == "normuon"]
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    wants = {n: p.grad for n, p in fresh.named_parameters()}
+    for name in matrices:
+        assert wants[name].abs().max() > 0 and torch.allclose(grads[name], wants[name], rtol=1e-5, atol=1e-7), name
+
+
 def test_optimizers_zero_their_gradients_in_one_foreach_call(monkeypatch):
     """NorMuon's and Adam's zero_grad (in place, as train_step calls it) zero every gradient through one
     torch._foreach_zero_ per dtype, not a zero_ per parameter: one launch per parameter left the GPU idle
