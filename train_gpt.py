@@ -2341,11 +2341,13 @@ class MicroStepGraphs:
         tokens, n = micro.inputs.numel(), micro.seqs.cu_seqlens.numel() - 1
         rows = None if micro.candidates is None else micro.candidates.numel()
         key = (tokens, micro.seqs.max_len, rows, state.graph_key(), first)
-        capturable = key in self.seen and (first or (*key[:-1], True) in self.graphs)
-        if n > tokens // GRAPH_TOKENS_PER_SEQ or (key not in self.graphs and not capturable):
+        # captured, or captured now: seen before, and a later pass only once its first pass has a graph
+        graphed = key in self.graphs or (key in self.seen and (first or (*key[:-1], True) in self.graphs))
+        if n > tokens // GRAPH_TOKENS_PER_SEQ or not graphed:
             self.seen.add(key)
-            for p, grad in self.graphs[key][3] if key in self.graphs else ():
-                p.grad = grad.zero_()  # where its graph writes them: its later passes' graphs add there
+            if key in self.graphs:  # a first pass beside its graph: into the gradients its later passes add to
+                for p, grad in self.graphs[key][3]:
+                    p.grad = grad.zero_()
             return forward_backward(self.model, micro, state)
         self.model.ngram.fetch(micro.ngram_rows, micro.ngram_owners)  # outside the graph: the rows vary in number
         if key not in self.graphs:
