@@ -475,9 +475,9 @@ def test_graphed_first_passes_write_the_gradients_that_later_passes_add_into(mon
     """MicroStepGraphs over steps of two micro-batches, NorMuon's matrices without gradients before each step as
     train_step leaves them: after each step they hold the sum of its two passes' gradients, as the same passes
     uncaptured from fresh gradients give them, in every mode: uncaptured, captured, replayed, and a replay whose
-    first pass runs uncaptured (more sequences than its graph has room for: its gradients are copied to where
-    the second pass's graph adds). A first pass that wrote to new memory there would leave the second pass's
-    graph adding into the step before's gradients."""
+    first pass runs uncaptured (more sequences than its graph has room for: it adds into its graph's gradients,
+    zeroed, where the second pass's graph adds). A first pass that wrote to new memory there would leave the
+    second pass's graph adding into the step before's gradients."""
     args = tg.parse_args(["--smoke", "--micro_batch_tokens", "4096", "--batch_tokens", "8192"])
     device = torch.device("cuda")
     model = tg.build_model(args, device, 1)
