@@ -1398,12 +1398,11 @@ def make_optimizers(model, args, world_size):
     """The run's Optimizers; with several ranks also the model's GradientEvents, on the first call (any later
     call's optimizers group the parameters as the first's did)."""
     named = list(model.named_parameters())
-    matrices = [(n, p) for n, p in named if param_config(n).optimizer == "normuon"]
-    others = [(n, p) for n, p in named if param_config(n).optimizer == "adam"]
-    assert all(p.ndim >= 2 for _, p in matrices) and len(matrices) + len(others) + 1 == len(named)
+    assert all(p.ndim >= 2 for n, p in named if param_config(n).optimizer == "normuon")
+    assert [param_config(n).optimizer for n, _ in named].count("rows") == 1  # the n-gram cache, RowAdam's
     optimizers = Optimizers(
-        Adam(others, lr=args.adam_lr, wd=args.adam_wd, world_size=world_size),
-        NorMuon(matrices, lr=args.matrix_lr, wd=args.matrix_wd, world_size=world_size),
+        make_adam(model, args, world_size),
+        make_normuon(model, args, world_size),
         RowAdam(model.ngram, param_config("ngram.cache"), lr=args.adam_lr, wd=args.adam_wd, steps=total_steps(args)))
     for opt in optimizers:
         for group in opt.param_groups:
@@ -1411,6 +1410,19 @@ def make_optimizers(model, args, world_size):
     if world_size > 1 and model.grad_events is None:  # once: the CUDA graphs captured record its events
         model.grad_events = GradientEvents(optimizers.normuon.reduction_groups() + optimizers.adam.reduction_groups())
     return optimizers
+
+
+def make_adam(model, args, world_size):
+    """Adam over the embeddings, the head and the scalars (PARAMETER_TABLE's adam rows), as a rank of `world_size`
+    steps them."""
+    others = [(n, p) for n, p in model.named_parameters() if param_config(n).optimizer == "adam"]
+    return Adam(others, lr=args.adam_lr, wd=args.adam_wd, world_size=world_size)
+
+
+def make_normuon(model, args, world_size):
+    """NorMuon over the model's matrices (PARAMETER_TABLE's normuon rows), as a rank of `world_size` steps them."""
+    matrices = [(n, p) for n, p in model.named_parameters() if param_config(n).optimizer == "normuon"]
+    return NorMuon(matrices, lr=args.matrix_lr, wd=args.matrix_wd, world_size=world_size)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -2535,9 +2547,8 @@ def compile_optimizer_updates(model, args, world_size):
     are); then Adam's update on zero gradients from zero moments (likewise; one graph per dtype, whatever the
     sizes). Their state (Adam's moments, about 1.5 GB at the default size, and NorMuon's buffers) is freed on
     return."""
-    adam = make_optimizers(model, args, world_size=1).adam  # one rank's: with several, Adam needs the process group
-    matrices = [(n, p) for n, p in model.named_parameters() if param_config(n).optimizer == "normuon"]
-    normuon = NorMuon(matrices, lr=args.matrix_lr, wd=args.matrix_wd, world_size=world_size)
+    adam = make_adam(model, args, world_size=1)  # one rank's: with several, Adam needs the process group
+    normuon = make_normuon(model, args, world_size)
     with torch.no_grad():  # as their steps run
         for i, (share, (_, part)) in enumerate(zip(normuon.shares, normuon.parts)):
             share.zero_()
