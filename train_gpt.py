@@ -2520,6 +2520,7 @@ def precompile(args, device, world_size, shapes, val_shape, stages):
     # one spares the GPU's memory, which the training process needs
     model = build_model(args, device, world_size=1)
     model.graphs = None
+    warm_steps = warm_up_steps(args, shapes)
     for stage in stages:
         if stage is None:
             # first: the training process steps them in its first warm-up steps
@@ -2532,7 +2533,7 @@ def precompile(args, device, world_size, shapes, val_shape, stages):
                 model(micro, state)
             continue
         loader = PrefetchLoader(train_source(args, 0, 1, pin_memory=False), device)
-        for step in sorted(set(warm_up_steps(args, shapes)[stage])):  # one pass of each compiles it all
+        for step in sorted(set(warm_steps[stage])):  # one pass of each compiles it all
             micro = loader.send(shapes[stage_index(step, args)])[0]
             state = step_state(step, args)
             model.prepare(state)
