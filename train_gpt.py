@@ -540,10 +540,12 @@ class NgramTable(nn.Module):
         self.arriving = None  # a fetch ahead's exchange of values, still running (torch.distributed's Work)
 
     @torch.no_grad()
-    def fetch(self, rows, owners, ahead=False):
+    def fetch(self, rows, owners, asked=(), ahead=False):
         """Gather `rows` of the table into the cache, unless they are there already (a step's next micro-batch,
         or fetched ahead); owners: how many of them each rank holds (they come grouped by rank:
-        gather_ngram_rows). ahead: with several ranks, return while their values are on their way."""
+        gather_ngram_rows); asked: with several ranks, how many rows each rank asks of this one, if exchanged
+        already (a training batch's: TrainSource), else () (RowExchange exchanges them). ahead: with several
+        ranks, return while their values are on their way."""
         if self.arriving is not None:
             self.arriving.wait()  # on a GPU: the current stream waits for the exchange, not the host
             self.arriving = None
@@ -552,16 +554,16 @@ class NgramTable(nn.Module):
         if self.world_size == 1:
             torch.index_select(self.table, 0, rows, out=self.cache.data[: len(rows)])
         else:
-            self.exchange = RowExchange(rows, owners, self.world_size, self.host_group)
+            self.exchange = RowExchange(rows, owners, asked, self.host_group)
             self.arriving = self.exchange.receive(self.table, out=self.cache.data[: len(rows)], async_op=ahead)
         self.fetched = rows
 
-    def fetch_ahead(self, rows, owners, copied):
+    def fetch_ahead(self, rows, owners, asked, copied):
         """Fetch the next step's rows (PrefetchLoader.upcoming), once the event `copied` says they are on the
         device (None: they are), so that its forward pass finds them in the cache."""
         if copied is not None:
             torch.cuda.current_stream().wait_event(copied)
-        self.fetch(rows, owners, ahead=True)
+        self.fetch(rows, owners, asked, ahead=True)
 
     def serve(self):
         """Take part in the other ranks' fetch while asking for no rows (validation: this rank's batches ran out)."""
@@ -570,7 +572,7 @@ class NgramTable(nn.Module):
 
     def forward(self, batch):
         if batch.ngram_rows is not None:
-            self.fetch(batch.ngram_rows, batch.ngram_owners)
+            self.fetch(batch.ngram_rows, batch.ngram_owners, batch.ngram_asked)
         return (RowLookup.apply(self.cache, batch.bigram_slots) * self.signs[batch.bigram_signs]
                 + RowLookup.apply(self.cache, batch.trigram_slots) * self.signs[batch.trigram_signs])
 
@@ -600,14 +602,14 @@ class RowExchange:
     gradients back the same way. The rows come grouped by owner, so the exchanges (all_to_all, uneven splits)
     read and write them in place. `asked` holds the local rows that the other ranks asked this rank for, by
     rank. The splits must be on the host: each rank's own come from the loader (gather_ngram_rows), the
-    others' through host_group, a gloo group, so no host waits for its GPU."""
+    others' (`counts`: how many each rank asks of this one) with the batch where its builder exchanged them
+    (TrainSource), else through host_group now (exchange_row_counts)."""
 
-    def __init__(self, rows, owners, world_size, host_group):
-        sent, received = torch.tensor(owners, dtype=torch.int64), torch.empty(world_size, dtype=torch.int64)
-        dist.all_to_all_single(received, sent, group=host_group)
-        self.sent, self.received = list(owners), received.tolist()
+    def __init__(self, rows, owners, counts, host_group):
+        self.sent = list(owners)
+        self.received = list(counts or exchange_row_counts(owners, host_group))
         self.asked = rows.new_empty(sum(self.received))
-        dist.all_to_all_single(self.asked, rows // world_size, self.received, self.sent)
+        dist.all_to_all_single(self.asked, rows // len(owners), self.received, self.sent)
 
     def receive(self, table, out, async_op=False):
         """The rows asked for, from their owners' tables, into `out` in the order they were asked for; async_op:
@@ -634,6 +636,15 @@ class RowExchange:
             return local, sums[segment]
 
         return summed
+
+
+def exchange_row_counts(owners, group):
+    """How many n-gram rows each rank asks of this one, from how many this one asks of each (owners), exchanged
+    between the hosts through `group`, a gloo group: over NCCL the exchange would make each host wait for its
+    GPU. Every rank of the group must exchange as often, in the same order."""
+    sent, received = torch.tensor(owners, dtype=torch.int64), torch.empty(len(owners), dtype=torch.int64)
+    dist.all_to_all_single(received, sent, group=group)
+    return tuple(received.tolist())
 
 
 def sum_of(tensors):
@@ -1670,6 +1681,7 @@ class HostBatch:
     max_lens: list  # per micro-batch
     sampled: list  # per micro-batch: whether its candidates held all its targets (else: the whole vocabulary)
     ngram_owners: tuple = ()  # how many of the step's distinct n-gram rows each rank holds (gather_ngram_rows)
+    ngram_asked: tuple = ()  # how many rows each rank asks of this one's shard, if exchanged as it was built
 
     def tensors(self):
         """The filled part of the slot, one tensor per name in HOST_FIELDS."""
@@ -1755,12 +1767,19 @@ class TrainSource:
 
     A step is world_size * accum_steps micro-batches; micro-batch a of rank r is number a * world_size + r,
     so every world size trains on the same tokens. A cursor is (shard number, document number).
+
+    counts_group: a gloo group of the ranks, through which each batch's n-gram row counts are exchanged as it is
+    built (exchange_row_counts; HostBatch.ngram_asked), in the PrefetchLoader's worker. In the training step
+    (fetch_ahead) the exchange held each host until every rank's host reached it: its gloo operation took 0.3 to
+    10.6 ms a step (2 H100s, stage 5, session 23's traces). In the worker a batch's build waits for the other
+    ranks' builds of the same batch, a step or more ahead of training. None: they are exchanged when the rows
+    are fetched (RowExchange).
     """
 
     def __init__(self, pattern, rank, world_size, repeat, pin_memory=False, vocab_size=Hyperparameters.vocab_size,
-                 ngram_rows=Hyperparameters.ngram_rows):
+                 ngram_rows=Hyperparameters.ngram_rows, counts_group=None):
         self.pattern, self.paths = pattern, shard_paths(pattern)
-        self.rank, self.world_size, self.repeat = rank, world_size, repeat
+        self.rank, self.world_size, self.repeat, self.counts_group = rank, world_size, repeat, counts_group
         self.vocab_size, self.ngram_rows = vocab_size, ngram_rows
         self.shards = ShardCache(self.paths, pin_memory, wrap=repeat)
         self.start = (0, 0)
@@ -1808,14 +1827,18 @@ class TrainSource:
         n_tokens = shape.accum_steps * shape.tokens
         host.ngram_owners = gather_ngram_rows(per_token[2][:n_tokens], per_token[3][:n_tokens], ngram_rows,
                                               self.world_size)
+        if self.counts_group is not None:
+            host.ngram_asked = exchange_row_counts(host.ngram_owners, self.counts_group)
         return host, cursor
 
 
 def train_source(args, rank, world_size, pin_memory):
     """The training shards as rank `rank` reads them, from the flags: the run, its compile helpers and the
-    benchmarks all build theirs here."""
+    benchmarks all build theirs here. With several processes, each call makes a gloo group for its row counts
+    (TrainSource), so every rank must call it as often, in the same order."""
+    group = dist.new_group(backend="gloo") if world_size > 1 else None
     return TrainSource(args.train_files, rank, world_size, args.repeat_train_files, pin_memory=pin_memory,
-                       vocab_size=args.vocab_size, ngram_rows=args.ngram_rows)
+                       vocab_size=args.vocab_size, ngram_rows=args.ngram_rows, counts_group=group)
 
 
 class ValSource:
@@ -1880,6 +1903,7 @@ class MicroBatch:
     ngram_rows: Optional[torch.Tensor] = None  # int32: the step's distinct rows of the n-gram table, shared by its
     # micro-batches (gather_ngram_rows); None: already in the table's cache (a CUDA graph's replay)
     ngram_owners: tuple = ()  # how many of ngram_rows each rank holds, in order (gather_ngram_rows)
+    ngram_asked: tuple = ()  # how many rows each rank asks of this one's shard, if known (HostBatch)
 
 
 def _micro_batches(host, tensors):
@@ -1890,7 +1914,8 @@ def _micro_batches(host, tensors):
         t = slice(a * shape.tokens, (a + 1) * shape.tokens)
         seqs = SequenceBoundaries(cu_seqlens[c: c + n + 1], max_len)
         rows = candidates[a * shape.candidates: (a + 1) * shape.candidates] if sampled else None
-        batches.append(MicroBatch(*(field[t] for field in per_token), seqs, rows, ngram_rows, host.ngram_owners))
+        batches.append(MicroBatch(*(field[t] for field in per_token), seqs, rows, ngram_rows, host.ngram_owners,
+                                  host.ngram_asked))
         c += n + 1
     return batches
 
@@ -1957,13 +1982,13 @@ class PrefetchLoader:
 
     def upcoming(self, shape):
         """What the table needs of the batch that the next send(shape) will return, to fetch its rows ahead
-        (NgramTable.fetch_ahead): its n-gram rows, on their way to the device, how many of them each rank holds,
-        and the event after their copy (None on a CPU). None if that batch is not on its way: it will be rebuilt
-        at another shape, or its build failed."""
+        (NgramTable.fetch_ahead): its n-gram rows, on their way to the device, how many of them each rank holds
+        and how many each asks of this one (HostBatch), and the event after their copy (None on a CPU). None if
+        that batch is not on its way: it will be rebuilt at another shape, or its build failed."""
         if not isinstance(self.uploaded, tuple) or self.uploaded[0].shape != shape:
             return None
         host, tensors = self.uploaded
-        return tensors[HOST_FIELDS.index("ngram_rows")], host.ngram_owners, host.buffers.copied
+        return tensors[HOST_FIELDS.index("ngram_rows")], host.ngram_owners, host.ngram_asked, host.buffers.copied
 
     def send(self, shape):
         if isinstance(self.uploaded, tuple) and self.uploaded[0].shape != shape:
@@ -2361,7 +2386,8 @@ class MicroStepGraphs:
                 for p, grad in self.graphs[key][3]:
                     p.grad = grad.zero_()
             return forward_backward(self.model, micro, state)
-        self.model.ngram.fetch(micro.ngram_rows, micro.ngram_owners)  # outside the graph: the rows vary in number
+        # outside the graph: the rows vary in number
+        self.model.ngram.fetch(micro.ngram_rows, micro.ngram_owners, micro.ngram_asked)
         if key not in self.graphs:
             self.graphs[key] = self.capture(micro, state)
         graph, static, loss, written = self.graphs[key]

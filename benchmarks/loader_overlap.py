@@ -62,7 +62,8 @@ class ResidentLoader:
         return self.batch
 
     def upcoming(self, shape):
-        return self.batch[0].ngram_rows, self.batch[0].ngram_owners, None  # on the device already
+        first = self.batch[0]
+        return first.ngram_rows, first.ngram_owners, first.ngram_asked, None  # on the device already
 
 
 def stage_steps(args, stage):

@@ -80,7 +80,7 @@ def test_the_loader_hands_out_slots_of_the_steps_rows(make_shards):
 
 
 def test_the_loader_tells_the_next_batchs_rows_ahead_unless_the_shape_changes(make_shards):
-    """PrefetchLoader.upcoming(shape): the rows and owners of the batch the next send(shape) returns, the very
+    """PrefetchLoader.upcoming(shape): the rows and counts of the batch the next send(shape) returns, the very
     tensor it carries (the table fetches it ahead and its forward pass finds it fetched); None where the next
     send has another shape (that batch is rebuilt) and before the first send."""
     rng = np.random.default_rng(3)
@@ -91,10 +91,11 @@ def test_the_loader_tells_the_next_batchs_rows_ahead_unless_the_shape_changes(ma
     assert loader.upcoming(shape) is None
     batch = loader.send(shape)
     for _ in range(3):
-        rows, owners, copied = loader.upcoming(shape)
+        rows, owners, asked, copied = loader.upcoming(shape)
         assert loader.upcoming(other) is None and copied is None  # on a CPU: no copy to wait for
         following = loader.send(shape)
         assert rows is following[0].ngram_rows and owners == following[0].ngram_owners == (len(rows),)
+        assert asked == following[0].ngram_asked == ()  # one rank: nobody else asks
         assert not torch.equal(rows[:50], batch[0].ngram_rows[:50])  # another batch's rows
         batch = following
     assert loader.upcoming(shape) is not None
