@@ -1,6 +1,6 @@
 """Where a start-up's time goes: train_gpt.main() in this process, then Dynamo's compile phases, every frame
-Dynamo compiled (during which warm-up step, for how long, in which phase) with each warm-up stage's sum, the
-kernels Inductor autotuned, and AOTAutograd's and Inductor's cache counters. One GPU.
+Dynamo compiled (during which warm-up step, for how long, in which phase) with the sums per step, the kernels
+Inductor autotuned, and AOTAutograd's and Inductor's cache counters. One GPU.
 
     python benchmarks/startup_profile.py [--cprofile] [any train_gpt flag]
 
@@ -53,8 +53,9 @@ def record_steps(started):
 
 def print_frames(started):
     """Each frame Dynamo compiled: the step queued last before it began ('-' before the first: the model's
-    build), its code, whether a forward graph, and its seconds: in all, in Dynamo (tracing, guards), in
-    AOTAutograd, in Inductor (cache loads, on a warm start). Then the sums per step and the count."""
+    build; validation's frames count under the step before it), its code, whether a forward graph, and its
+    seconds: in all, in Dynamo (tracing, guards), in AOTAutograd, in Inductor (cache loads, on a warm start).
+    Then the sums per step and the count."""
     times = [t for t, _ in started]
     print("frame  step  code  forward  total_s  dynamo_s  aot_s  inductor_s  guards  ops")
     by_step = {}

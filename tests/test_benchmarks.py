@@ -4,12 +4,13 @@ import json
 import math
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
 
 import train_gpt as tg
-from benchmarks import loader_overlap, proxy_record, step_ab, step_profile  # conftest puts the repo root on sys.path
+from benchmarks import loader_overlap, proxy_record, startup_profile, step_ab, step_profile  # conftest: repo root
 
 
 @pytest.mark.parametrize("communication, compute, exposed", [
@@ -239,3 +240,20 @@ def test_loader_overlap_counts_host_to_device_copies_that_overlap_a_kernel_on_an
         event("cpu_op", "aten::copy_", 0, 300, 1),
     ]}))
     assert loader_overlap.copies_overlapping_kernels(trace) == (1, 3)
+
+
+def test_startup_profile_counts_each_frame_under_the_step_queued_last_before_it(monkeypatch, capsys):
+    """A frame that began before the first step goes under '-', one that began during a step's warm-up under that
+    step; the sums per step and in all add the frames' durations."""
+    def frame(start, seconds, name):
+        return types.SimpleNamespace(start_time_us=start * 1e6, duration_us=seconds * 1e6, co_name=name,
+                                     co_firstlineno=1, is_forward=True, dynamo_cumulative_compile_time_us=0,
+                                     aot_autograd_cumulative_compile_time_us=0, inductor_cumulative_compile_time_us=0,
+                                     guard_count=1, graph_op_count=1)
+    frames = [frame(5, 0.5, "build"), frame(11, 1.0, "region"), frame(12, 2.0, "region"), frame(31, 0.25, "head")]
+    monkeypatch.setattr(startup_profile.torch._dynamo.utils, "get_compilation_metrics", lambda: frames)
+    startup_profile.print_frames([(10.0, 0), (20.0, 1), (30.0, 10)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("frame  step") and [line.split()[1] for line in lines[1:5]] == ["-", "0", "0", "10"]
+    assert "frames at step - 1 seconds 0.5" in lines and "frames at step 0 2 seconds 3.0" in lines
+    assert "frames at step 10 1 seconds 0.25" in lines and lines[-1] == "frames 4 seconds 3.75"
