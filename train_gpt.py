@@ -1771,7 +1771,7 @@ class TrainSource:
     counts_group: a gloo group of the ranks, through which each batch's n-gram row counts are exchanged as it is
     built (exchange_row_counts; HostBatch.ngram_asked), in the PrefetchLoader's worker. In the training step
     (fetch_ahead) the exchange held each host until every rank's host reached it: its gloo operation took 0.3 to
-    10.6 ms a step (2 H100s, stage 5, session 23's traces). In the worker a batch's build waits for the other
+    10.6 ms a step (2 H100s, stage 0, session 23's traces). In the worker a batch's build waits for the other
     ranks' builds of the same batch, a step or more ahead of training. None: they are exchanged when the rows
     are fetched (RowExchange).
     """
