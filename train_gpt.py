@@ -1773,7 +1773,8 @@ class TrainSource:
     (fetch_ahead) the exchange held each host until every rank's host reached it: its gloo operation took 0.3 to
     10.6 ms a step (2 H100s, stage 0, session 23's traces). In the worker a batch's build waits for the other
     ranks' builds of the same batch, a step or more ahead of training. None: they are exchanged when the rows
-    are fetched (RowExchange).
+    are fetched (RowExchange). A rank that fails while its worker waits there ends once the other ranks' builds
+    of that batch come, or those ranks end: Python waits for the worker at exit.
     """
 
     def __init__(self, pattern, rank, world_size, repeat, pin_memory=False, vocab_size=Hyperparameters.vocab_size,

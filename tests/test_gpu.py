@@ -566,7 +566,7 @@ def nccl_sharded_table(rank, world_size, port, out_dir, ahead):
             rows, grad = read[by_owner].int().cuda(), g[by_owner].cuda()
             owners = tuple(torch.bincount(read % world_size, minlength=world_size).tolist())
             if ahead:
-                ngram.fetch_ahead(rows, owners, None)
+                ngram.fetch_ahead(rows, owners, (), None)  # the counts exchanged at fetch time, as in validation
             ngram.fetch(rows, owners)  # as the forward pass asks: fetched already, once the values are in
             fetched.append(ngram.cache[: len(rows)].detach().float().cpu())
             ngram.cache.grad = torch.zeros_like(ngram.cache)
