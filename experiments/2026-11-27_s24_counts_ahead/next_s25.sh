@@ -26,7 +26,8 @@
 #  - midway is merged if its GPU tests pass, its A/B mean time is not above main's (or ab.py passes it), in at
 #    least four stages of six the median of its three profiles' exposed communication is below the lowest of
 #    main's three, and in no stage is its median step time above main's median by more than main's own spread.
-#    Expected from the traces: about 0.45 ms less on each Adam step in stage 0, half that a step on average.
+#    Expected from the traces: about 0.45 ms less on each Adam step in stage 0, half that a step on average,
+#    unless the compute stream idles halfway, waiting for the value embeddings' reduce-scatters (the review's risk).
 R=/tmp/res; rm -rf $R /tmp/gt; mkdir -p $R; cp -r . /tmp/gt; cd /tmp/gt
 rm -rf scratch/.bytecode scratch/logs
 export PYTHONUNBUFFERED=1
