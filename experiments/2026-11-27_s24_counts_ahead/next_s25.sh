@@ -18,7 +18,8 @@
 #     three profiles each (main first), one Inductor/Triton cache.
 #  2. A proxy A/B on both GPUs (torchrun), 185 + 3 steps, seeds 0 and 1, arms alternating (pre, main, midway for
 #     seed 0, then for seed 1), one compile cache; records/ab.py main against pre, and midway against main.
-#  3. The GPU tests of the optimizers and the graphed micro-steps on midway's tree, GPU 0.
+#  3. The GPU tests of the optimizers, the graphed micro-steps and the NCCL sharded table (its fetch ahead now
+#     with counts exchanged before, as a training batch's builder does) on midway's tree, both GPUs.
 # Rules, fixed before the runs:
 #  - The counts ahead (main against pre) stay if main's A/B mean time is not above pre's by more than twice the
 #    seed spread. Otherwise revert 5227289 and look at the first step after each validation (session 24, call 4:
@@ -63,7 +64,7 @@ python3 records/ab.py $R/pre_x2 $R/main_x2 >> $R/progress 2>&1
 echo "--- midway against main" >> $R/progress
 python3 records/ab.py $R/main_x2 $R/midway_x2 >> $R/progress 2>&1
 echo "=== GPU tests $(date +%T)" >> $R/progress
-CUDA_VISIBLE_DEVICES=0 timeout 400 python3 -m pytest -q tests/test_gpu.py -k "normuon or adam or graphed" \
+CUDA_VISIBLE_DEVICES=0,1 timeout 400 python3 -m pytest -q tests/test_gpu.py -k "normuon or adam or graphed or sharded" \
   < /dev/null > $R/test_gpu.txt 2>&1
 tail -3 $R/test_gpu.txt >> $R/progress
 echo "=== all done $(date +%T)" >> $R/progress
