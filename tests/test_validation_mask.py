@@ -109,6 +109,50 @@ def test_masked_pairs_never_come_out_of_the_tokenizer_and_emitted_ones_are_never
     assert emitted > 1000
 
 
+def rule_91_pairs(merges):
+    """The mask's rule (impossible_pairs' docstring) pair by pair, in plain Python: for each merge R = A + B,
+    every p whose last piece is A until a merge after R, followed by every x whose first piece is B until R or
+    later, where the seam may lie inside a run (not after a contraction, not between whitespace, not from a symbol
+    to a letter, not within a character)."""
+    left, right = merges[:, 0].tolist(), merges[:, 1].tolist()
+    texts = tg.token_texts(merges)
+    classes = [tg.edge_classes(text) if text else "??" for text in texts]
+    contraction = [text.decode("utf-8", "replace") in tg.CONTRACTIONS for text in texts]
+    lasts, firsts = {}, {}  # piece: [(token, the rank that ends it as the token's edge)]
+    for t in range(len(merges)):
+        if left[t] < 0:
+            continue
+        for spine, child, usable in ((lasts, right, classes[t][1] != "?" and not contraction[t]),
+                                     (firsts, left, classes[t][0] != "?")):
+            piece, ends = t, math.inf
+            while usable:
+                spine.setdefault(piece, []).append((t, ends))
+                if right[piece] < 0:
+                    break
+                piece, ends = child[piece], piece
+    pairs = set()
+    for r in range(len(merges)):
+        if right[r] < 0:
+            continue
+        for p, p_ends in lasts.get(left[r], []):
+            for x, x_ends in firsts.get(right[r], []):
+                seam = classes[p][1] + classes[x][0]
+                if p_ends > r and x_ends >= r and seam not in ("SS", "OL"):
+                    pairs.add((p, x))
+    return pairs
+
+
+@pytest.mark.parametrize("tokens", [1000, 2400])
+def test_the_mask_holds_the_rules_pairs_on_gpt2s_first_merges(tokens):
+    """impossible_pairs on GPT-2's first merges against rule_91_pairs: the same pairs."""
+    merges = tg.load_merge_table(DATA / "gpt2_merges.npy", 50304)[:tokens]
+    bits, count = tg.impossible_pairs(merges, tokens)
+    expected = rule_91_pairs(merges)
+    assert count == len(expected) > 10_000
+    p, x = np.nonzero(np.unpackbits(bits, axis=1, bitorder="little"))
+    assert set(zip(p.tolist(), x.tolist())) == expected
+
+
 def test_masked_validation_loss_leaves_the_masked_tokens_out_of_the_softmax():
     """The head's validation loss with a mask, against float64: the cross-entropy over the tokens not masked
     after each previous token; a mask of zeros changes nothing."""
