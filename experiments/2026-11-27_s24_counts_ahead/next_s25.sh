@@ -2,8 +2,9 @@
 # Next session (25), 2 GPUs of one host (nvidia-h100-x2), written in session 24 and NOT RUN. About 20 minutes of
 # device time: start it detached and collect it in two or three calls.
 # Arms:
-#   pre     20744ba: before the n-gram row counts were exchanged ahead (5227289)
-#   main    main with the counts ahead (5227289 or later)
+#   pre     20744ba: before the n-gram row counts were exchanged ahead (5227289) and the validation mask was built
+#           row by row (206da74)
+#   main    main with both (6dc5970 or later); the logs' "validation_mask: ... built in" lines time the mask builds
 #   midway  branch s24-adam-midway: Adam's step starts halfway through NorMuon's part updates, so that its
 #           all-gathers go between NorMuon's instead of ending the step exposed (NOT YET RUN ON A GPU)
 # Before: the device tree is s24-adam-midway; git show 20744ba:train_gpt.py > scratch/train_gpt_pre.py;
