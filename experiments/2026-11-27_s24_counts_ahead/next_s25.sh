@@ -22,9 +22,10 @@
 #  3. The GPU tests of the optimizers, the graphed micro-steps and the NCCL sharded table (its fetch ahead now
 #     with counts exchanged before, as a training batch's builder does) on midway's tree, both GPUs.
 # Rules, fixed before the runs:
-#  - The counts ahead (main against pre) stay if main's A/B mean time is not above pre's by more than twice the
-#    seed spread. Otherwise revert 5227289 and look at the first step after each validation (session 24, call 4:
-#    389 against 324 ms, cold against warm).
+#  - The counts ahead and the row-by-row mask (main against pre) stay if main's A/B mean time is not above pre's by
+#    more than twice the seed spread. Otherwise find which of the two it is and revert that one. The counts would
+#    show in the first step after each validation (session 24, call 4: 389 against 324 ms, cold against warm); the
+#    mask would show in the steps of its build's first seconds.
 #  - midway is merged if its GPU tests pass, its A/B mean time is not above main's (or ab.py passes it), in at
 #    least four stages of six the median of its three profiles' exposed communication is below the lowest of
 #    main's three, and in no stage is its median step time above main's median by more than main's own spread.
