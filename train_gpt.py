@@ -2114,8 +2114,9 @@ def impossible_pairs(merges, vocab_size):
     bit_of = (1 << np.arange(8)).astype(np.uint8)
     bits = np.zeros((vocab_size, words), dtype=np.uint8)
     running = np.zeros(words, dtype=np.uint8)
-    order = np.lexsort((rules, left[rules]))  # grouped by A, in rank order within a group
-    group_ends = np.append(left[rules][order][1:] != left[rules][order][:-1], True)
+    order = np.argsort(left[rules], kind="stable")  # grouped by A, in rank order within a group (rules ascend)
+    pieces = left[rules[order]]
+    group_ends = np.append(pieces[1:] != pieces[:-1], True)
     for i, rule in enumerate(order):
         x = firsts[1][x_lo[rule]: x_lo[rule] + x_count[rule]]
         np.bitwise_or.at(running, x >> 3, bit_of[x & 7])
