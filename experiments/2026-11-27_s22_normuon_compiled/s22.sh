@@ -16,8 +16,10 @@
 # in every stage the median of its three profiles' step times is below the median of main's by more than main's
 # own spread (slowest minus fastest of main's three) in at least four stages of six, and above it in none.
 # Later calls run it for another arm: ARM (scratch/train_gpt_$ARM.py) and TESTS (pytest's -k expression in
-# tests/test_gpu.py) default to what call 1 ran.
-ARM=${ARM:-s22} TESTS=${TESTS:-normuon}
+# tests/test_gpu.py) default to what call 1 ran. PRE (session 25): an arm before main, in the A/B only, run
+# before main at each seed and weighed against it (records/ab.py PRE main). The GPU tests see both GPUs (the
+# NCCL tests need two; call 1's ran on one GPU, and no two-GPU test matched its TESTS).
+ARM=${ARM:-s22} TESTS=${TESTS:-normuon} PRE=${PRE:-}
 R=/tmp/res; rm -rf $R /tmp/gt; mkdir -p $R; cp -r . /tmp/gt; cd /tmp/gt
 rm -rf scratch/.bytecode scratch/logs
 export PYTHONUNBUFFERED=1
@@ -32,7 +34,7 @@ profile () {  # name, arm
   CUDA_VISIBLE_DEVICES=0,1 timeout 300 torchrun --standalone --nproc_per_node 2 benchmarks/step_profile.py \
     --train_files "data/proxy/proxy_train_*.bin" --val_files "data/proxy/proxy_val_*.bin" --repeat_train_files \
     --val_tokens 1835008 --batch_tokens 98304 --trace_stage 0 $T < /dev/null > $R/$1.out 2>&1
-  grep -A8 "^| stage | windows" $R/$1.out | cut -d'|' -f2,4,6,11,12,13 >> $R/progress
+  grep -A8 "^| stage | windows" $R/$1.out | cut -d'|' -f2,4,5,6,11,12,13 >> $R/progress
   grep -m1 "^note:" $R/$1.out >> $R/progress
   cp traces/step_profile_rank0.json.gz $R/trace_$1.json.gz; rm -rf traces
 }
@@ -48,9 +50,10 @@ run () {  # arm, seed
   grep -h '^startup\|^final val_loss' $R/$1_x2/*.txt | cut -f1 | cut -c1-240 | tail -2 >> $R/progress
 }
 rm -rf /tmp/cc_*
-run main 0; run $ARM 0; run main 1; run $ARM 1
+for seed in 0 1; do for arm in $PRE main $ARM; do run $arm $seed; done; done
 python3 records/ab.py $R/main_x2 $R/${ARM}_x2 >> $R/progress 2>&1
+[ -n "$PRE" ] && python3 records/ab.py $R/${PRE}_x2 $R/main_x2 >> $R/progress 2>&1
 echo "=== GPU tests $(date +%T)" >> $R/progress
-CUDA_VISIBLE_DEVICES=0 timeout 400 python3 -m pytest -q tests/test_gpu.py -k "$TESTS" < /dev/null > $R/test_gpu.txt 2>&1
+CUDA_VISIBLE_DEVICES=0,1 timeout 400 python3 -m pytest -q tests/test_gpu.py -k "$TESTS" < /dev/null > $R/test_gpu.txt 2>&1
 tail -3 $R/test_gpu.txt >> $R/progress
 echo "=== all done $(date +%T)" >> $R/progress

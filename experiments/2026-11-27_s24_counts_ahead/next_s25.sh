@@ -9,12 +9,12 @@
 #           all-gathers go between NorMuon's instead of ending the step exposed (NOT YET RUN ON A GPU)
 # Before: the device tree is s24-adam-midway; git show 20744ba:train_gpt.py > scratch/train_gpt_pre.py;
 #   git show main:train_gpt.py > scratch/train_gpt_main.py; cp train_gpt.py scratch/train_gpt_midway.py;
-#   cp this script and ../2026-11-27_h100x2_stack_ab_records/collect.sh into scratch/; .proxy/ holds
-#   ../shared/proxy-data/*.xz; carry [".proxy", "scratch"].
+#   cp this script, ../2026-11-27_s22_normuon_compiled/s22.sh and ../2026-11-27_h100x2_stack_ab_records/collect.sh
+#   into scratch/; .proxy/ holds ../shared/proxy-data/*.xz; carry [".proxy", "scratch"].
 # Launch: cp scratch/next_s25.sh /tmp/s25.sh; setsid nohup bash /tmp/s25.sh > /tmp/s25.log 2>&1 < /dev/null &
 #   sleep 2; bash scratch/collect.sh 560 "=== proxy A/B\|all done" /tmp/s25.log; then collect.sh 590 "all done"
 #   right away, while the machine is still warm (it idles back 30 s after a call).
-# Parts, in order:
+# Parts, in order (s22.sh with ARM=midway, PRE=pre):
 #  1. step_profile at the 8-GPU per-rank shape (--batch_tokens 98304), every stage, main and midway alternating,
 #     three profiles each (main first), one Inductor/Triton cache.
 #  2. A proxy A/B on both GPUs (torchrun), 185 + 3 steps, seeds 0 and 1, arms alternating (pre, main, midway for
@@ -31,42 +31,4 @@
 #    main's three, and in no stage is its median step time above main's median by more than main's own spread.
 #    Expected from the traces: about 0.45 ms less on each Adam step in stage 0, half that a step on average,
 #    unless the compute stream idles halfway, waiting for the value embeddings' reduce-scatters (the review's risk).
-R=/tmp/res; rm -rf $R /tmp/gt; mkdir -p $R; cp -r . /tmp/gt; cd /tmp/gt
-rm -rf scratch/.bytecode scratch/logs
-export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name --format=csv,noheader >> $R/progress
-python3 -c "import pathlib, benchmarks.proxy_record as p; p.decompress(pathlib.Path('.proxy'), pathlib.Path('data/proxy'))"
-T='--prefix_table data/gpt2_prefix_tokens.npy --merge_table data/gpt2_merges.npy'
-echo "=== profiles at 98304 $(date +%T)" >> $R/progress
-export TORCHINDUCTOR_CACHE_DIR=/tmp/ind_p TRITON_CACHE_DIR=/tmp/tri_p
-profile () {  # name, arm
-  echo "=== $1 $(date +%T)" >> $R/progress
-  cp scratch/train_gpt_$2.py train_gpt.py
-  CUDA_VISIBLE_DEVICES=0,1 timeout 300 torchrun --standalone --nproc_per_node 2 benchmarks/step_profile.py \
-    --train_files "data/proxy/proxy_train_*.bin" --val_files "data/proxy/proxy_val_*.bin" --repeat_train_files \
-    --val_tokens 1835008 --batch_tokens 98304 --trace_stage 0 $T < /dev/null > $R/$1.out 2>&1
-  grep -A8 "^| stage | windows" $R/$1.out | cut -d'|' -f2,4,5,6,11,12,13 >> $R/progress
-  cp traces/step_profile_rank0.json.gz $R/trace_$1.json.gz; rm -rf traces
-}
-for k in 1 2 3; do profile main$k main; profile midway_$k midway; done
-cp scratch/train_gpt_midway.py train_gpt.py
-unset TORCHINDUCTOR_CACHE_DIR TRITON_CACHE_DIR
-echo "=== proxy A/B $(date +%T)" >> $R/progress
-run () {  # arm, seed
-  echo "=== $1 seed $2 $(date +%T)" >> $R/progress
-  CUDA_VISIBLE_DEVICES=0,1 timeout 300 python3 benchmarks/proxy_record.py --runs 1 --gpus 2 --out $R/$1_x2 \
-    --script scratch/train_gpt_$1.py --compile_cache /tmp/cc_ab $T --scheduled_steps 185 --extension_steps 3 \
-    --seed $2 < /dev/null > $R/$1_s$2.out 2>&1
-  grep -h '^startup\|^final val_loss' $R/$1_x2/*.txt | cut -f1 | cut -c1-240 | tail -2 >> $R/progress
-}
-rm -rf /tmp/cc_*
-for seed in 0 1; do run pre $seed; run main $seed; run midway $seed; done
-echo "--- main against pre" >> $R/progress
-python3 records/ab.py $R/pre_x2 $R/main_x2 >> $R/progress 2>&1
-echo "--- midway against main" >> $R/progress
-python3 records/ab.py $R/main_x2 $R/midway_x2 >> $R/progress 2>&1
-echo "=== GPU tests $(date +%T)" >> $R/progress
-CUDA_VISIBLE_DEVICES=0,1 timeout 400 python3 -m pytest -q tests/test_gpu.py -k "normuon or adam or graphed or sharded" \
-  < /dev/null > $R/test_gpu.txt 2>&1
-tail -3 $R/test_gpu.txt >> $R/progress
-echo "=== all done $(date +%T)" >> $R/progress
+ARM=midway PRE=pre TESTS="normuon or adam or graphed or sharded" bash scratch/s22.sh
