@@ -18,8 +18,9 @@
 # Later calls run it for another arm: ARM (scratch/train_gpt_$ARM.py) and TESTS (pytest's -k expression in
 # tests/test_gpu.py) default to what call 1 ran. PRE (session 25): an arm before main, in the A/B only, run
 # before main at each seed and weighed against it (records/ab.py PRE main). The GPU tests see both GPUs (the
-# NCCL tests need two; call 1's ran on one GPU, and no two-GPU test matched its TESTS).
-ARM=${ARM:-s22} TESTS=${TESTS:-normuon} PRE=${PRE:-}
+# NCCL tests need two; call 1's ran on one GPU, and no two-GPU test matched its TESTS). PROFILES (session 26): the
+# profiles of each arm, 3 by default (0: the A/B alone); TESTS=none runs no GPU test.
+ARM=${ARM:-s22} TESTS=${TESTS:-normuon} PRE=${PRE:-} PROFILES=${PROFILES:-3}
 R=/tmp/res; rm -rf $R /tmp/gt; mkdir -p $R; cp -r . /tmp/gt; cd /tmp/gt
 rm -rf scratch/.bytecode scratch/logs
 export PYTHONUNBUFFERED=1
@@ -38,7 +39,7 @@ profile () {  # name, arm
   grep -m1 "^note:" $R/$1.out >> $R/progress
   cp traces/step_profile_rank0.json.gz $R/trace_$1.json.gz; rm -rf traces
 }
-for k in 1 2 3; do profile main$k main; profile ${ARM}_$k $ARM; done
+for k in $(seq $PROFILES); do profile main$k main; profile ${ARM}_$k $ARM; done
 cp scratch/train_gpt_$ARM.py train_gpt.py
 unset TORCHINDUCTOR_CACHE_DIR TRITON_CACHE_DIR
 echo "=== proxy A/B $(date +%T)" >> $R/progress
