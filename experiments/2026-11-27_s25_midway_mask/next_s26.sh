@@ -17,7 +17,8 @@
 # Parts, in order:
 #  1. A proxy A/B on both GPUs (torchrun), 185 + 3 steps, seeds 0 and 1, main then maskproc at each seed, one
 #     compile cache (s22.sh with PROFILES=0: no profiles, TESTS=none: no GPU tests); records/ab.py.
-#  2. Each run's steps 1-10 (their train_time), and its validation_mask line.
+#  2. Each run's steps 1-10 (their train_time), its last step (which waits for the mask and copies it to the GPU: 71.8
+#     ms from the mapped file on one H100, session 25's fifth call), and its validation_mask line.
 #  3. nccl_visibility.py with every GPU visible, then with each rank seeing its own GPU only: the bandwidth of
 #     all-gathers and reduce-scatters, and the transports NCCL names.
 # Rules, fixed before the runs:
@@ -40,7 +41,9 @@ for arm in ("main", "maskproc"):
         text = open(log).read()
         times = {int(s): float(t) for s, t in re.findall(r"^step:(\d+)/\d+ train_loss:\S+ train_time:([\d.]+)ms", text, re.M)}
         mask = re.search(r"^validation_mask: [^\t]*", text, re.M)
-        print(arm, log.split("/")[-1], f"steps 1-10 {times[10]:.1f} ms,", mask.group(0) if mask else "no mask line")
+        n = max(times)  # the last step's time holds the mask's wait and its copy to the GPU
+        print(arm, log.split("/")[-1], f"steps 1-10 {times[10]:.1f} ms, the last step {times[n] - times[n - 1]:.0f} ms,",
+              mask.group(0) if mask else "no mask line")
 P
 for mode in all own; do
   echo "=== NCCL, GPUs visible: $mode $(date +%T)" >> $R/progress
