@@ -1836,7 +1836,9 @@ class TrainSource:
 def train_source(args, rank, world_size, pin_memory):
     """The training shards as rank `rank` reads them, from the flags: the run, its compile helpers and the
     benchmarks all build theirs here. With several processes, each call makes a gloo group for its row counts
-    (TrainSource), so every rank must call it as often, in the same order."""
+    (TrainSource), so every rank must call it as often, in the same order. A group of its own, not the table's
+    (NgramTable.host_group): the loader's worker exchanges on it while the training thread exchanges on that,
+    and two threads' collectives on one group could meet in a different order on each rank."""
     group = dist.new_group(backend="gloo") if world_size > 1 else None
     return TrainSource(args.train_files, rank, world_size, args.repeat_train_files, pin_memory=pin_memory,
                        vocab_size=args.vocab_size, ngram_rows=args.ngram_rows, counts_group=group)
