@@ -2147,24 +2147,51 @@ def load_merge_table(path, vocab_size):
 
 
 class ValidationMask:
-    """Builds impossible_pairs on a worker thread while the run trains, on the clock as #91 counts it, and puts
-    it in the head before the final validation. Every rank builds its own: no communication."""
+    """Builds impossible_pairs while the run trains, on the clock as #91 counts it, and puts it in the head
+    before the final validation. Every rank builds its own: no communication.
+
+    The build runs in a process of its own, not a thread: a thread shares Python's lock with the thread that
+    queues the steps, and the build holds it through each numpy call (up to 124 ms, to OR a row into 2,402
+    rows, on a 2-core CPU). On that CPU, while the build ran on a thread, 37-55 of about 1,900 5-ms loops of
+    another thread took over 15 ms, the longest 0.5 s; while it ran in a process, 4-5 did, the longest 20 ms.
+    On 2 H100s (session 25) the first step after step 0's validation took 55-70 ms longer with the build on a
+    thread, row by row (and the n-gram counts exchanged ahead), than before both. The process imports this
+    file first (about 3 s on an H100 host); the bits come back through shared memory."""
 
     def __init__(self, merges, head):
-        self.head, self.worker = head, ThreadPoolExecutor(1, thread_name_prefix="mask-builder")
-        self.bits = self.worker.submit(self.build, merges, head.never_follows.size(0))
-
-    @staticmethod
-    def build(merges, vocab_size):
-        clock = time.perf_counter()
-        return impossible_pairs(merges, vocab_size), time.perf_counter() - clock
+        self.head, self.started = head, time.time()
+        self.bits = torch.zeros(head.never_follows.shape, dtype=torch.uint8).share_memory_()
+        context = multiprocessing.get_context("spawn")  # a fork would copy this process's CUDA state
+        self.results, sending = context.Pipe(duplex=False)
+        # the merge table is shared too: pickled, its 400 kB would overflow the pipe that starts the process, and
+        # start() would wait for the process to import this file and read them. A daemon: a run that stops early
+        # ends it rather than waiting for it.
+        shared_merges = torch.from_numpy(merges).share_memory_()
+        self.builder = context.Process(target=build_validation_mask, name="validation mask", daemon=True,
+                                       args=(shared_merges, self.bits, sending, self.started))
+        self.builder.start()
+        sending.close()
 
     def apply(self):
-        """Wait for the mask and put it in the head; returns the number of pairs masked and the build's seconds."""
-        (bits, pairs), seconds = self.bits.result()
-        self.worker.shutdown()
-        self.head.never_follows.copy_(torch.from_numpy(bits))
-        return pairs, seconds
+        """Wait for the mask and put it in the head; returns the number of pairs masked, the seconds from this
+        object's start (the timed loop's) to the mask's arrival, and those this process waited for it."""
+        clock = time.perf_counter()
+        self.builder.join()
+        waited = time.perf_counter() - clock
+        if self.builder.exitcode:
+            raise RuntimeError(f"the validation mask's build failed (exit code {self.builder.exitcode}; its "
+                               f"traceback, if it left one, is above)")
+        pairs, ready = self.results.recv()
+        self.head.never_follows.copy_(self.bits)
+        return pairs, ready, waited
+
+
+def build_validation_mask(merges, bits, results, started):
+    """ValidationMask's process: impossible_pairs into the shared `bits`, then the number of pairs and the
+    seconds since `started` (time.time(), the training process's) into `results`."""
+    mask, pairs = impossible_pairs(merges.numpy(), bits.size(0))
+    bits.copy_(torch.from_numpy(mask))
+    results.send((pairs, time.time() - started))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -2841,8 +2868,9 @@ def train_loop(run, log):
             if step == N:
                 tail.apply()
                 if mask is not None:
-                    pairs, seconds = mask.apply()
-                    log(f"validation_mask: {pairs} pairs, built in {seconds:.1f}s")
+                    pairs, ready, waited = mask.apply()
+                    log(f"validation_mask: {pairs} pairs, ready {ready:.1f}s after the timed loop began, "
+                        f"waited for {waited:.1f}s")
                 if run.cuda:
                     torch.cuda.synchronize()  # on the clock, as the last step's: finish() waits for its loss only
             if step in (0, N) or (args.val_loss_every and step % args.val_loss_every == 0):

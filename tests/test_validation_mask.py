@@ -1,6 +1,7 @@
 """The validation mask (public record #91): train_gpt.impossible_pairs on GPT-2's shipped merge table, checked
 against tiktoken's GPT-2 tokenizer built from that table, against real text, and in the head's loss."""
 import math
+import types
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import torch.nn.functional as F
 import gpt2_merge_table  # conftest puts data/ on sys.path
 import gpt2_prefix_table
 import train_gpt as tg
+from conftest import count_ones
 
 DATA = Path(tg.__file__).parent / "data"
 # GPT-2's pre-tokenizer (tiktoken's "gpt2" pattern)
@@ -20,14 +22,17 @@ GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 
 @pytest.fixture(scope="module")
 def gpt2():
-    """(the merge table, each token's bytes, tiktoken's GPT-2 tokenizer made from them, the mask and its count)."""
+    """(the merge table, each token's bytes, tiktoken's GPT-2 tokenizer made from them, the mask and its count).
+    The mask is the one a run gets: built by ValidationMask's process, it comes back through shared memory."""
     merges = tg.load_merge_table(DATA / "gpt2_merges.npy", 50304)
+    head = types.SimpleNamespace(never_follows=torch.zeros(50304, 50304 // 8, dtype=torch.uint8))
+    mask = tg.ValidationMask(merges, head)
     texts = tg.token_texts(merges)
     tokenizer = tiktoken.Encoding("gpt2_from_merges", pat_str=GPT2_PATTERN,
                                   mergeable_ranks={text: t for t, text in enumerate(texts[:50256])},
                                   special_tokens={"<|endoftext|>": 50256})
-    bits, pairs = tg.impossible_pairs(merges, 50304)
-    return merges, texts, tokenizer, bits, pairs
+    pairs, _, _ = mask.apply()
+    return merges, texts, tokenizer, head.never_follows.numpy(), pairs
 
 
 def masked(bits, p, x):
@@ -59,7 +64,7 @@ def test_the_mask_is_record_91s_less_its_11_unsafe_pairs(gpt2):
     a character, which the tokenizer does emit: "˶機" is [135, 114, 49960]."""
     _, _, tokenizer, bits, pairs = gpt2
     assert bits.shape == (50304, 50304 // 8) and bits.dtype == np.uint8
-    assert pairs == 70_889_701 - 11 == int(np.unpackbits(bits).sum())
+    assert pairs == 70_889_701 - 11 == count_ones(bits)
     assert tokenizer.encode_ordinary("˶機") == [135, 114, 49960] and not masked(bits, 114, 49960)
     assert tokenizer.encode_ordinary("a\u0311士") == [64, 136, 239, 18803] and not masked(bits, 239, 18803)
     assert masked(bits, 220, 1169)  # " " then "the": always " the"
@@ -173,6 +178,16 @@ def test_masked_validation_loss_leaves_the_masked_tokens_out_of_the_softmax():
         assert unmasked.item() == pytest.approx(
             F.cross_entropy(tg.softcap(tg.rms_norm(x) @ head.weight.T), targets, reduction="sum").item(), rel=1e-12)
     assert loss < unmasked
+
+
+def test_a_failed_build_fails_the_run_with_the_builders_traceback(capfd):
+    """A mask that cannot be built (here, a head with fewer tokens than the merge table) must not reach the
+    final validation as zeros: apply raises, and the build's process has printed why."""
+    merges = tg.load_merge_table(DATA / "gpt2_merges.npy", 50304)[:1000]
+    head = types.SimpleNamespace(never_follows=torch.zeros(800, 100, dtype=torch.uint8))
+    with pytest.raises(RuntimeError, match="the validation mask's build failed"):
+        tg.ValidationMask(merges, head).apply()
+    assert "AssertionError" in capfd.readouterr().err and not head.never_follows.any()
 
 
 @pytest.mark.parametrize("case", ["missing", "float", "a later part", "too many tokens"])
