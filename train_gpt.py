@@ -43,6 +43,7 @@ import platform
 import re
 import signal
 import subprocess
+import tempfile
 import typing
 import unicodedata
 import uuid
@@ -2156,19 +2157,22 @@ class ValidationMask:
     another thread took over 15 ms, the longest 0.5 s; while it ran in a process, 4-5 did, the longest 20 ms.
     On 2 H100s (session 25) the first step after step 0's validation took 55-70 ms longer with the build on a
     thread, row by row (and the n-gram counts exchanged ahead), than before both. The process imports this
-    file first (about 3 s on an H100 host); the bits come back through shared memory."""
+    file first (about 3 s on an H100 host); the bits come back through a file that both processes map."""
 
     def __init__(self, merges, head):
-        self.head, self.started = head, time.time()
-        self.bits = torch.zeros(head.never_follows.shape, dtype=torch.uint8).share_memory_()
+        self.head, self.started, shape = head, time.time(), tuple(head.never_follows.shape)
+        # Both processes map one file in the temporary directory: the merge table, then the mask's bits. Not
+        # torch's shared memory: /dev/shm is often smaller than this rank's 316 MB (64 MB in Docker by default).
+        # Nor arguments: pickled, 400 kB of merges would overflow the pipe that starts the process, and start()
+        # would wait for the process to import this file and read them.
+        self.file = tempfile.NamedTemporaryFile(prefix="validation_mask_", suffix=".bin")
+        np.memmap(self.file.name, np.int32, "r+", shape=merges.shape)[:] = merges
+        self.bits = np.memmap(self.file.name, np.uint8, "r+", offset=merges.nbytes, shape=shape)
         context = multiprocessing.get_context("spawn")  # a fork would copy this process's CUDA state
         self.results, sending = context.Pipe(duplex=False)
-        # the merge table is shared too: pickled, its 400 kB would overflow the pipe that starts the process, and
-        # start() would wait for the process to import this file and read them. A daemon: a run that stops early
-        # ends it rather than waiting for it.
-        shared_merges = torch.from_numpy(merges).share_memory_()
+        # a daemon: a run that stops early ends it rather than waiting for it
         self.builder = context.Process(target=build_validation_mask, name="validation mask", daemon=True,
-                                       args=(shared_merges, self.bits, sending, self.started))
+                                       args=(self.file.name, merges.shape, shape, sending, self.started))
         self.builder.start()
         sending.close()
 
@@ -2182,15 +2186,19 @@ class ValidationMask:
             raise RuntimeError(f"the validation mask's build failed (exit code {self.builder.exitcode}; its "
                                f"traceback, if it left one, is above)")
         pairs, ready = self.results.recv()
-        self.head.never_follows.copy_(self.bits)
+        self.head.never_follows.copy_(torch.from_numpy(self.bits))
+        del self.bits
+        self.file.close()  # and so deleted
         return pairs, ready, waited
 
 
-def build_validation_mask(merges, bits, results, started):
-    """ValidationMask's process: impossible_pairs into the shared `bits`, then the number of pairs and the
-    seconds since `started` (time.time(), the training process's) into `results`."""
-    mask, pairs = impossible_pairs(merges.numpy(), bits.size(0))
-    bits.copy_(torch.from_numpy(mask))
+def build_validation_mask(path, merges_shape, bits_shape, results, started):
+    """ValidationMask's process: impossible_pairs from the merge table at the start of the file at `path`, into
+    the bits after it, then the number of pairs and the seconds since `started` (time.time(), the training
+    process's) into `results`."""
+    merges = np.array(np.memmap(path, np.int32, "r", shape=merges_shape))
+    bits, pairs = impossible_pairs(merges, bits_shape[0])
+    np.memmap(path, np.uint8, "r+", offset=merges.nbytes, shape=bits_shape)[:] = bits
     results.send((pairs, time.time() - started))
 
 
