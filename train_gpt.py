@@ -2153,11 +2153,12 @@ class ValidationMask:
 
     The build runs in a process of its own, not a thread: a thread shares Python's lock with the thread that
     queues the steps, and the build holds it through each numpy call (up to 124 ms, to OR a row into 2,402
-    rows, on a 2-core CPU). On that CPU, while the build ran on a thread, 37-55 of about 1,900 5-ms loops of
-    another thread took over 15 ms, the longest 0.5 s; while it ran in a process, 4-5 did, the longest 20 ms.
-    On 2 H100s (session 25) the first step after step 0's validation took 55-70 ms longer with the build on a
-    thread, row by row (and the n-gram counts exchanged ahead), than before both. The process imports this
-    file first (about 3 s on an H100 host); the bits come back through a file that both processes map."""
+    rows, on a 2-core CPU). On that CPU, while the build ran on a thread, 63-65 of about 2,800 4-ms loops of
+    another thread took over 15 ms, the longest 124-182 ms; while it ran in a process, 1 of about 3,200 did, the
+    longest 16-20 ms (experiments/2026-11-27_s25_midway_mask/host_stall_probe.py). On 2 H100s (session 25) the
+    first step after step 0's validation took 54-73 ms longer with the build on a thread, row by row (and the
+    n-gram counts exchanged ahead), than before both. The process imports this file first (about 3 s on an H100
+    host); the bits come back through a file that both processes map."""
 
     def __init__(self, merges, head):
         self.head, self.started, shape = head, time.time(), tuple(head.never_follows.shape)
