@@ -23,7 +23,7 @@ GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 @pytest.fixture(scope="module")
 def gpt2():
     """(the merge table, each token's bytes, tiktoken's GPT-2 tokenizer made from them, the mask and its count).
-    The mask is the one a run gets: built by ValidationMask's process, it comes back through shared memory."""
+    The mask is the one a run gets: built by ValidationMask's process, it comes back through a mapped file."""
     merges = tg.load_merge_table(DATA / "gpt2_merges.npy", 50304)
     head = types.SimpleNamespace(never_follows=torch.zeros(50304, 50304 // 8, dtype=torch.uint8))
     mask = tg.ValidationMask(merges, head)
