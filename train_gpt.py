@@ -2196,7 +2196,9 @@ class ValidationMask:
 def build_validation_mask(path, merges_shape, bits_shape, results, started):
     """ValidationMask's process: impossible_pairs from the merge table at the start of the file at `path`, into
     the bits after it, then the number of pairs and the seconds since `started` (time.time(), the training
-    process's) into `results`."""
+    process's) into `results`. Ctrl-C, which the terminal sends to this process too, is the run's to handle
+    (its exit ends this daemon), not this process's to print a traceback for."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     merges = np.array(np.memmap(path, np.int32, "r", shape=merges_shape))
     bits, pairs = impossible_pairs(merges, bits_shape[0])
     np.memmap(path, np.uint8, "r+", offset=merges.nbytes, shape=bits_shape)[:] = bits

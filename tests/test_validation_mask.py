@@ -1,6 +1,10 @@
 """The validation mask (public record #91): train_gpt.impossible_pairs on GPT-2's shipped merge table, checked
 against tiktoken's GPT-2 tokenizer built from that table, against real text, and in the head's loss."""
 import math
+import os
+import re
+import signal
+import time
 import types
 from pathlib import Path
 
@@ -23,10 +27,17 @@ GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 @pytest.fixture(scope="module")
 def gpt2():
     """(the merge table, each token's bytes, tiktoken's GPT-2 tokenizer made from them, the mask and its count).
-    The mask is the one a run gets: built by ValidationMask's process, it comes back through a mapped file."""
+    The mask is the one a run gets: built by ValidationMask's process, it comes back through a mapped file. That
+    process ignores Ctrl-C once it runs its build (the run handles it): a SIGINT sent then must not stop it."""
     merges = tg.load_merge_table(DATA / "gpt2_merges.npy", 50304)
     head = types.SimpleNamespace(never_follows=torch.zeros(50304, 50304 // 8, dtype=torch.uint8))
     mask = tg.ValidationMask(merges, head)
+    status = Path(f"/proc/{mask.builder.pid}/status")
+    deadline = time.monotonic() + 60
+    while not int(re.search(r"^SigIgn:\s*(\w+)", status.read_text(), re.M).group(1), 16) & 1 << signal.SIGINT - 1:
+        assert time.monotonic() < deadline, "the mask's process never came to ignore SIGINT"
+        time.sleep(0.01)
+    os.kill(mask.builder.pid, signal.SIGINT)
     texts = tg.token_texts(merges)
     tokenizer = tiktoken.Encoding("gpt2_from_merges", pat_str=GPT2_PATTERN,
                                   mergeable_ranks={text: t for t, text in enumerate(texts[:50256])},
