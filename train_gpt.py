@@ -2128,8 +2128,14 @@ def impossible_pairs(merges, vocab_size):
         bits[p] |= running & allowed[end[p]]
         if group_ends[i]:
             running[:] = 0
+    return bits, count_ones(bits)
+
+
+def count_ones(bits):
+    """The set bits of a uint8 array, by a table of each byte's (np.unpackbits would first make eight bytes of
+    each: 2.5 GB for the validation mask)."""
     ones_in = np.array([bin(byte).count("1") for byte in range(256)], dtype=np.uint8)
-    return bits, int(ones_in[bits].sum(dtype=np.int64))
+    return int(ones_in[bits].sum(dtype=np.int64))
 
 
 def load_merge_table(path, vocab_size):
@@ -2161,7 +2167,7 @@ class ValidationMask:
     host); the bits come back through a file that both processes map."""
 
     def __init__(self, merges, head):
-        self.head, self.started, shape = head, time.time(), tuple(head.never_follows.shape)
+        self.head, started, shape = head, time.time(), tuple(head.never_follows.shape)
         # Both processes map one file in the temporary directory: the merge table, then the mask's bits. Not
         # torch's shared memory: /dev/shm is often smaller than this rank's 316 MB (64 MB in Docker by default).
         # Nor arguments: pickled, 400 kB of merges would overflow the pipe that starts the process, and start()
@@ -2173,7 +2179,7 @@ class ValidationMask:
         self.results, sending = context.Pipe(duplex=False)
         # a daemon: a run that stops early ends it rather than waiting for it
         self.builder = context.Process(target=build_validation_mask, name="validation mask", daemon=True,
-                                       args=(self.file.name, merges.shape, shape, sending, self.started))
+                                       args=(self.file.name, merges.shape, shape, sending, started))
         self.builder.start()
         sending.close()
 

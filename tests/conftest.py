@@ -97,13 +97,6 @@ def micro_batch(inputs, targets, seqs):
                          ngram_rows=torch.from_numpy(rows[:count]), ngram_owners=(count,))
 
 
-def count_ones(bits):
-    """The set bits of a uint8 array, by a table of each byte's (np.unpackbits would first make eight bytes of
-    each: 2.5 GB for the validation mask)."""
-    ones_in = np.array([bin(byte).count("1") for byte in range(256)], dtype=np.uint8)
-    return int(ones_in[bits].sum(dtype=np.int64))
-
-
 def read_log(path):
     """A run log's lines as train_gpt.py logged them: each file line's hash chain checked (records/summarize.py)
     and taken off."""

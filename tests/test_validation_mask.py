@@ -17,7 +17,6 @@ import torch.nn.functional as F
 import gpt2_merge_table  # conftest puts data/ on sys.path
 import gpt2_prefix_table
 import train_gpt as tg
-from conftest import count_ones
 
 DATA = Path(tg.__file__).parent / "data"
 # GPT-2's pre-tokenizer (tiktoken's "gpt2" pattern)
@@ -75,7 +74,7 @@ def test_the_mask_is_record_91s_less_its_11_unsafe_pairs(gpt2):
     a character, which the tokenizer does emit: "˶機" is [135, 114, 49960]."""
     _, _, tokenizer, bits, pairs = gpt2
     assert bits.shape == (50304, 50304 // 8) and bits.dtype == np.uint8
-    assert pairs == 70_889_701 - 11 == count_ones(bits)
+    assert pairs == 70_889_701 - 11 == tg.count_ones(bits)
     assert tokenizer.encode_ordinary("˶機") == [135, 114, 49960] and not masked(bits, 114, 49960)
     assert tokenizer.encode_ordinary("a\u0311士") == [64, 136, 239, 18803] and not masked(bits, 239, 18803)
     assert masked(bits, 220, 1169)  # " " then "the": always " the"
