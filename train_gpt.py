@@ -44,6 +44,7 @@ import re
 import signal
 import subprocess
 import tempfile
+import threading
 import typing
 import unicodedata
 import uuid
@@ -2163,8 +2164,9 @@ class ValidationMask:
     another thread took over 15 ms, the longest 124-182 ms; while it ran in a process, 1 of about 3,200 did, the
     longest 16-20 ms (experiments/2026-11-27_s25_midway_mask/host_stall_probe.py). On 2 H100s (session 25) the
     first step after step 0's validation took 54-73 ms longer with the build on a thread, row by row (and the
-    n-gram counts exchanged ahead), than before both. The process imports this file first (about 3 s on an H100
-    host); the bits come back through a file that both processes map."""
+    n-gram counts exchanged ahead), than before both; in session 26, 124-128 ms with the build in a process
+    against 170 ms on a thread. The process imports this file first (about 3 s on an H100 host); the bits come
+    back through a file that both processes map."""
 
     def __init__(self, merges, head):
         self.head, started, shape = head, time.time(), tuple(head.never_follows.shape)
@@ -2174,7 +2176,6 @@ class ValidationMask:
         # would wait for the process to import this file and read them.
         self.file = tempfile.NamedTemporaryFile(prefix="validation_mask_", suffix=".bin")
         np.memmap(self.file.name, np.int32, "r+", shape=merges.shape)[:] = merges
-        self.bits = np.memmap(self.file.name, np.uint8, "r+", offset=merges.nbytes, shape=shape)
         context = multiprocessing.get_context("spawn")  # a fork would copy this process's CUDA state
         self.results, sending = context.Pipe(duplex=False)
         # a daemon: a run that stops early ends it rather than waiting for it
@@ -2182,20 +2183,45 @@ class ValidationMask:
                                        args=(self.file.name, merges.shape, shape, sending, started))
         self.builder.start()
         sending.close()
+        # The bits reach the head's device as soon as they are built, not in the last step: copied there from the
+        # mapped file, they made the last step 518-540 ms long, against 385-403 ms from a build thread's own
+        # memory (2 H100s, session 26). Into a tensor of their own, as validations before the last must see
+        # zeros; on a stream of their own, which the steps queued meanwhile do not wait for. The thread waits on
+        # the pipe and in the copy, where Python's lock is free.
+        self.staged = torch.empty_like(head.never_follows)
+        self.stream = torch.cuda.Stream(self.staged.device) if self.staged.is_cuda else None
+        self.received, self.error = None, None
+        self.receiver = threading.Thread(target=self.receive, args=(merges.nbytes, shape), name="validation mask",
+                                         daemon=True)
+        self.receiver.start()
+
+    def receive(self, offset, shape):
+        try:
+            self.received = self.results.recv()  # (pairs, ready); EOFError if the process died first
+            bits = np.memmap(self.file.name, np.uint8, "r+", offset=offset, shape=shape)
+            with torch.cuda.stream(self.stream):  # None on the CPU: no stream
+                self.staged.copy_(torch.from_numpy(bits))  # not non_blocking: done when this thread is
+            del bits
+        except BaseException as error:  # apply raises it on the training thread
+            self.error = error
+        finally:
+            self.file.close()  # and so deleted
 
     def apply(self):
         """Wait for the mask and put it in the head; returns the number of pairs masked, the seconds from this
         object's start (the timed loop's) to the mask's arrival, and those this process waited for it."""
         clock = time.perf_counter()
+        self.receiver.join()
         self.builder.join()
         waited = time.perf_counter() - clock
         if self.builder.exitcode:
             raise RuntimeError(f"the validation mask's build failed (exit code {self.builder.exitcode}; its "
                                f"traceback, if it left one, is above)")
-        pairs, ready = self.results.recv()
-        self.head.never_follows.copy_(torch.from_numpy(self.bits))
-        del self.bits
-        self.file.close()  # and so deleted
+        if self.error is not None:
+            raise RuntimeError("the validation mask could not be read back from its process") from self.error
+        self.head.never_follows.copy_(self.staged)
+        del self.staged
+        pairs, ready = self.received
         return pairs, ready, waited
 
 

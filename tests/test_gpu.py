@@ -2,6 +2,7 @@
 Skipped where there is no GPU (CI)."""
 import os
 import socket
+import types
 from pathlib import Path
 
 import numpy as np
@@ -408,6 +409,24 @@ def test_prefetch_loader_on_gpu_equals_reference_under_slow_compute(make_shards)
             assert all(torch.equal(t.cpu(), getattr(e, f)) for t, f in zip(tensors, fields))
             assert torch.equal(cu.cpu(), e.seqs.cu_seqlens) and max_len == e.seqs.max_len
     assert loader.copy_stream != torch.cuda.current_stream()
+
+
+def test_validation_mask_reaches_the_gpu_while_the_steps_stream_is_busy():
+    """The mask's bits come back from its process to the GPU on a stream of their own: the copy must end while
+    the stream that queues the steps is still busy (here about 15 s of sleep kernels queued before the mask
+    starts), and the head's zeros must stay until apply, which waits for the sleep (the final validation's
+    stream) and copies the staged bits."""
+    merges = tg.load_merge_table(Path(tg.__file__).parent / "data" / "gpt2_merges.npy", 50304)[:1000]
+    head = types.SimpleNamespace(never_follows=torch.zeros(1024, 128, dtype=torch.uint8, device="cuda"))
+    for _ in range(30):
+        torch.cuda._sleep(1_000_000_000)  # about half a second each
+    mask = tg.ValidationMask(merges, head)
+    mask.receiver.join(timeout=60)
+    assert not mask.receiver.is_alive() and mask.error is None and not torch.cuda.current_stream().query()
+    bits, pairs = tg.impossible_pairs(merges, 1024)
+    assert torch.equal(mask.staged.cpu(), torch.from_numpy(bits))  # .cpu() waits for the sleep on this stream
+    assert not head.never_follows.any()
+    assert mask.apply()[0] == pairs and torch.equal(head.never_follows.cpu(), torch.from_numpy(bits))
 
 
 def test_deferred_loss_read_stops_a_gpu_run_one_step_late_at_most(workdir, monkeypatch):

@@ -190,6 +190,20 @@ def test_masked_validation_loss_leaves_the_masked_tokens_out_of_the_softmax():
     assert loss < unmasked
 
 
+def test_the_mask_is_staged_as_soon_as_it_is_built_and_reaches_the_head_only_in_apply():
+    """The bits come back from the process into a tensor of their own while the run trains, so that the last
+    step does not copy them, and leave the head's zeros alone until apply: a validation before the last must
+    mask nothing. The file they came through is deleted once read. (On a GPU: test_gpu.py.)"""
+    merges = tg.load_merge_table(DATA / "gpt2_merges.npy", 50304)[:1000]
+    head = types.SimpleNamespace(never_follows=torch.zeros(1024, 128, dtype=torch.uint8))
+    mask = tg.ValidationMask(merges, head)
+    mask.receiver.join(timeout=120)
+    bits, pairs = tg.impossible_pairs(merges, 1024)
+    assert not mask.receiver.is_alive() and mask.error is None and not Path(mask.file.name).exists()
+    assert torch.equal(mask.staged, torch.from_numpy(bits)) and not head.never_follows.any()
+    assert mask.apply()[0] == pairs and torch.equal(head.never_follows, torch.from_numpy(bits))
+
+
 def test_a_failed_build_fails_the_run_with_the_builders_traceback(capfd):
     """A mask that cannot be built (here, a head with fewer tokens than the merge table) must not reach the
     final validation as zeros: apply raises, and the build's process has printed why."""
