@@ -2,6 +2,7 @@
 Skipped where there is no GPU (CI)."""
 import os
 import socket
+import time
 import types
 from pathlib import Path
 
@@ -412,20 +413,27 @@ def test_prefetch_loader_on_gpu_equals_reference_under_slow_compute(make_shards)
 
 
 def test_validation_mask_reaches_the_gpu_while_the_steps_stream_is_busy():
-    """The mask's bits come back from its process to the GPU on a stream of their own: the copy must end while
-    the stream that queues the steps is still busy (here about 15 s of sleep kernels queued before the mask
-    starts), and the head's zeros must stay until apply, which waits for the sleep (the final validation's
-    stream) and copies the staged bits."""
+    """The mask's bits come back from its process to the GPU while the run trains: the copy must end while the
+    stream that queues the steps is kept busy with sleep kernels, from before the mask starts (a copy that
+    waited for that stream would never end), and the head's zeros must stay until apply. On torch 2.11 and an
+    H100 (session 26) the copy ended so even when issued on the default stream rather than a stream of its own;
+    ValidationMask keeps its own stream, which CUDA's ordering rules, not that observation, make safe."""
     merges = tg.load_merge_table(Path(tg.__file__).parent / "data" / "gpt2_merges.npy", 50304)[:1000]
-    head = types.SimpleNamespace(never_follows=torch.zeros(1024, 128, dtype=torch.uint8, device="cuda"))
-    for _ in range(30):
-        torch.cuda._sleep(1_000_000_000)  # about half a second each
-    mask = tg.ValidationMask(merges, head)
-    mask.receiver.join(timeout=60)
-    assert not mask.receiver.is_alive() and mask.error is None and not torch.cuda.current_stream().query()
-    bits, pairs = tg.impossible_pairs(merges, 1024)
-    assert torch.equal(mask.staged.cpu(), torch.from_numpy(bits))  # .cpu() waits for the sleep on this stream
-    assert not head.never_follows.any()
+    head = types.SimpleNamespace(never_follows=torch.zeros(50304, 6288, dtype=torch.uint8, device="cuda"))
+    torch.cuda.Stream()  # the first stream of a process waits for the device's queue (a run's loader made one)
+    torch.cuda._sleep(1_000_000_000)  # about half a second
+    queued = torch.cuda.Event()
+    queued.record()
+    mask, deadline = tg.ValidationMask(merges, head), time.monotonic() + 60
+    while mask.receiver.is_alive():  # a sleep is queued before the last one ends: the stream never idles
+        assert time.monotonic() < deadline, "the mask's copy did not end while the steps' stream was busy"
+        torch.cuda._sleep(1_000_000_000)
+        running, queued = queued, torch.cuda.Event()
+        queued.record()
+        running.synchronize()
+    assert not torch.cuda.current_stream().query() and mask.error is None
+    bits, pairs = tg.impossible_pairs(merges, 50304)
+    assert torch.equal(mask.staged.cpu(), torch.from_numpy(bits)) and not head.never_follows.any()
     assert mask.apply()[0] == pairs and torch.equal(head.never_follows.cpu(), torch.from_numpy(bits))
 
 
