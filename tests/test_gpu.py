@@ -420,7 +420,9 @@ def test_validation_mask_reaches_the_gpu_while_the_steps_stream_is_busy():
     ValidationMask keeps its own stream, which CUDA's ordering rules, not that observation, make safe."""
     merges = tg.load_merge_table(Path(tg.__file__).parent / "data" / "gpt2_merges.npy", 50304)[:1000]
     head = types.SimpleNamespace(never_follows=torch.zeros(50304, 6288, dtype=torch.uint8, device="cuda"))
-    torch.cuda.Stream()  # the first stream of a process waits for the device's queue (a run's loader made one)
+    # With sleeps queued and no stream made before, ValidationMask's start waited for them to end (session 26):
+    # most likely the process's first stream, which a run's loader has made before
+    torch.cuda.Stream()
     torch.cuda._sleep(1_000_000_000)  # about half a second
     queued = torch.cuda.Event()
     queued.record()
