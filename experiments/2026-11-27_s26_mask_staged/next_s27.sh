@@ -1,0 +1,71 @@
+#!/bin/bash
+# Next session (27), written in session 26 and NOT RUN. Two jobs for issue 35's start-up bars (2 GPUs: under 60 s cold,
+# under 20 s warm; sessions 25-26's hosts read 101-106 s cold, 38-49 s warm, where session 23's read 72-80 and 25-32).
+#   PART=split (one H100, nvidia-h100-x1, about 6 minutes): can stage 0's cold compile be split across processes by
+#     region (split_compile_probe.py)? Four starts of train_gpt.py on short proxy runs, each with its own compile cache:
+#       cold   an empty cache (the baseline), then warm: the same cache again
+#       split  three probe processes at once fill an empty cache (before_attention | after_attention |
+#              mix_and_mlp and the head, at stage 0's warm-up steps), then train_gpt.py starts on it
+#       all    one probe process fills an empty cache with every region (the serial reference), then train_gpt.py
+#   PART=hosts (2 × H100, nvidia-h100-x2, about 6 minutes): host or code? Main's train_gpt.py against session 23's
+#     (8416606, whose starts read 80 s cold and 29-32 s warm on another host), one after the other on this host:
+#     each cold (its own empty cache), then warm, on both GPUs (torchrun), short proxy runs with the same flags.
+# Before: the device tree is main; cp this script, split_compile_probe.py and
+#   ../2026-11-27_h100x2_stack_ab_records/collect.sh into scratch/; for PART=hosts also
+#   git show 8416606:train_gpt.py > scratch/train_gpt_s23.py. The corpus in two calls (next_s26.sh's header).
+# Launch: mkdir -p .proxy; cp .proxyA/* .proxyB/* .proxy/; cp scratch/next_s27.sh /tmp/s27.sh;
+#   PART=split setsid nohup bash /tmp/s27.sh > /tmp/s27.log 2>&1 < /dev/null &
+#   sleep 2; bash scratch/collect.sh 560 "s27 done" /tmp/s27.log
+# Rules, fixed before the runs:
+#  - split: worth building into Precompiler (helpers that compile stage 0's regions while the training process
+#    waits for them) if the split start's stage-0 warm-up is within 5 s of the warm start's (every region found in
+#    the cache) and the slowest probe process plus that warm-up is at least 15 s below the cold start's stage-0
+#    warm-up. Otherwise the note says which failed: cache misses (the split start's stage 0 near the cold one's),
+#    time (the parts no faster than "all"), or memory (a probe's peak).
+#  - hosts: the code explains the slower starts if main's cold and warm starts are each more than 10 % above
+#    8416606's on this host; the host does if they are within 10 %.
+PART=${PART:-split}
+R=/tmp/res; rm -rf $R /tmp/gt /tmp/c_*; mkdir -p $R; cp -r . /tmp/gt; cd /tmp/gt
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name --format=csv,noheader >> $R/progress
+python3 -c "import pathlib, benchmarks.proxy_record as p; p.decompress(pathlib.Path('.proxy'), pathlib.Path('data/proxy'))"
+FLAGS=(--train_files "data/proxy/proxy_train_*.bin" --val_files "data/proxy/proxy_val_*.bin" --repeat_train_files
+  --val_tokens 1835008 --prefix_table data/gpt2_prefix_tokens.npy --merge_table data/gpt2_merges.npy
+  --scheduled_steps 30 --extension_steps 1 --val_loss_every 0)
+start () {  # name, compile cache, script, GPUs
+  echo "=== $1 $(date +%T)" >> $R/progress
+  rm -rf logs
+  if [ "$4" = 2 ]; then
+    timeout 300 torchrun --standalone --nproc_per_node 2 $3 --compile_cache $2 "${FLAGS[@]}" < /dev/null > $R/$1.out 2>&1
+  else
+    timeout 300 python3 $3 --compile_cache $2 "${FLAGS[@]}" < /dev/null > $R/$1.out 2>&1
+  fi
+  grep -h "^startup" logs/*.txt | cut -f1 >> $R/progress
+  cp logs/*.txt $R/$1.log
+}
+probe () {  # compile cache, parts...
+  for parts in "${@:2}"; do
+    PYTHONPYCACHEPREFIX=/tmp/gt/.bytecode timeout 300 python3 scratch/split_compile_probe.py $1 $parts "${FLAGS[@]}" \
+      < /dev/null > $R/probe_${parts//,/+}.out 2>&1 &
+  done
+  wait
+  for parts in "${@:2}"; do tail -1 $R/probe_${parts//,/+}.out >> $R/progress; done
+}
+if [ $PART = split ]; then
+  start cold /tmp/c_cold train_gpt.py 1
+  start warm /tmp/c_cold train_gpt.py 1
+  echo "=== split: three probes at once $(date +%T)" >> $R/progress
+  clock=$(date +%s%N); probe /tmp/c_split before_attention after_attention mix_and_mlp,head
+  echo "the three probes: $(( ($(date +%s%N) - clock) / 1000000 )) ms" >> $R/progress
+  start split /tmp/c_split train_gpt.py 1
+  echo "=== all: one probe $(date +%T)" >> $R/progress
+  probe /tmp/c_all all
+  start all /tmp/c_all train_gpt.py 1
+else
+  for arm in main s23; do
+    script=train_gpt.py; [ $arm = s23 ] && script=scratch/train_gpt_s23.py
+    start ${arm}_cold /tmp/c_$arm $script 2
+    start ${arm}_warm /tmp/c_$arm $script 2
+  done
+fi
+echo "=== s27 done $(date +%T)" >> $R/progress
