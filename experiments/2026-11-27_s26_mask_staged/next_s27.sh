@@ -4,9 +4,11 @@
 #   PART=split (one H100, nvidia-h100-x1, about 6 minutes): can stage 0's cold compile be split across processes by
 #     region (split_compile_probe.py)? Four starts of train_gpt.py on short proxy runs, each with its own compile cache:
 #       cold   an empty cache (the baseline), then warm: the same cache again
-#       split  three probe processes at once fill an empty cache (before_attention | after_attention |
-#              mix_and_mlp and the head, at stage 0's warm-up steps), then train_gpt.py starts on it
-#       all    one probe process fills an empty cache with every region (the serial reference), then train_gpt.py
+#       split  four probe processes at once fill an empty cache (before_attention | after_attention |
+#              mix_and_mlp and the head, at stage 0's warm-up steps | the validation helper's work: the optimizers'
+#              updates, which the first step would otherwise compile), then train_gpt.py starts on it
+#       all    two probe processes at once fill an empty cache: every region at stage 0 (the serial reference) |
+#              the validation helper's work; then train_gpt.py
 #   PART=hosts (2 × H100, nvidia-h100-x2, about 6 minutes): host or code? Main's train_gpt.py against session 23's
 #     (8416606, whose starts read 80 s cold and 29-32 s warm on another host), one after the other on this host:
 #     each cold (its own empty cache), then warm, on both GPUs (torchrun), short proxy runs with the same flags.
@@ -19,7 +21,7 @@
 # Rules, fixed before the runs:
 #  - split: worth building into Precompiler (helpers that compile stage 0's regions while the training process
 #    waits for them) if the split start's stage-0 warm-up is within 5 s of the warm start's (every region found in
-#    the cache) and the slowest probe process plus that warm-up is at least 15 s below the cold start's stage-0
+#    the cache) and the four probes' time plus that warm-up is at least 15 s below the cold start's stage-0
 #    warm-up. Otherwise the note says which failed: cache misses (the split start's stage 0 near the cold one's),
 #    time (the parts no faster than "all"), or memory (a probe's peak).
 #  - hosts: the code explains the slower starts if main's cold and warm starts are each more than 10 % above
@@ -54,12 +56,13 @@ probe () {  # compile cache, parts...
 if [ $PART = split ]; then
   start cold /tmp/c_cold train_gpt.py 1
   start warm /tmp/c_cold train_gpt.py 1
-  echo "=== split: three probes at once $(date +%T)" >> $R/progress
-  clock=$(date +%s%N); probe /tmp/c_split before_attention after_attention mix_and_mlp,head
-  echo "the three probes: $(( ($(date +%s%N) - clock) / 1000000 )) ms" >> $R/progress
+  echo "=== split: four probes at once $(date +%T)" >> $R/progress
+  clock=$(date +%s%N); probe /tmp/c_split before_attention after_attention mix_and_mlp,head validation
+  echo "the four probes: $(( ($(date +%s%N) - clock) / 1000000 )) ms" >> $R/progress
   start split /tmp/c_split train_gpt.py 1
-  echo "=== all: one probe $(date +%T)" >> $R/progress
-  probe /tmp/c_all all
+  echo "=== all: two probes at once $(date +%T)" >> $R/progress
+  clock=$(date +%s%N); probe /tmp/c_all all validation
+  echo "the two probes: $(( ($(date +%s%N) - clock) / 1000000 )) ms" >> $R/progress
   start all /tmp/c_all train_gpt.py 1
 else
   for arm in main s23; do

@@ -6,8 +6,10 @@ only some of the regions (the others run eagerly) at stage 0's warm-up steps, in
 
     python split_compile_probe.py CACHE PARTS [train_gpt flags]
 
-PARTS: a comma-separated subset of before_attention, after_attention, mix_and_mlp, head, or "all". It prints the
-seconds the process took, its compile's share, and its peak GPU memory. Run several at once into one CACHE, then
+PARTS: a comma-separated subset of before_attention, after_attention, mix_and_mlp, head, or "all"; or
+"validation": what Precompiler's validation helper does (the optimizers' compiled updates, then the validation
+shape, every region), so that a start on the cache does not compile the optimizers in its first step. It prints
+the seconds the process took, those from the model's build on, and its peak GPU memory. Run several at once into one CACHE, then
 `train_gpt.py --compile_cache CACHE` with the same flags: if its stage 0 warm-up finds every region in the cache,
 it takes about a warm start's time (a region compiled next to eager neighbours must see the inputs it sees in the
 run: same shapes, strides and dtypes). The caches are pointed where train_gpt's load_compile_cache points them
@@ -31,7 +33,7 @@ def main(cache, parts, flags):
     import torch
     import train_gpt as tg
 
-    keep = set(PARTS) if parts == "all" else set(parts.split(","))
+    keep = set(PARTS) if parts in ("all", "validation") else set(parts.split(","))
     assert keep <= set(PARTS), f"unknown parts: {sorted(keep - set(PARTS))}"
     compile_regions = tg.compile_regions
 
@@ -50,7 +52,7 @@ def main(cache, parts, flags):
     shapes = [tg.train_shape(args, 1, stage) for stage in tg.TRAINING_STAGES]
     val_shape = tg.BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
     clock = time.perf_counter()
-    tg.precompile(args, device, 1, shapes, val_shape, [0])
+    tg.precompile(args, device, 1, shapes, val_shape, [None if parts == "validation" else 0])
     torch.cuda.synchronize()
     print(f"parts {parts}: {time.perf_counter() - STARTED:.1f} s in all, {time.perf_counter() - clock:.1f} s from the "
           f"model's build on, peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)
