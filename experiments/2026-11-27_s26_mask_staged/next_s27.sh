@@ -1,5 +1,5 @@
 #!/bin/bash
-# Next session (27), written in session 26 and NOT RUN. Two jobs for issue 35's start-up bars (2 GPUs: under 60 s cold,
+# Next session (27), written in session 26 and NOT RUN. Three jobs for issue 35's start-up bars (2 GPUs: under 60 s cold,
 # under 20 s warm; sessions 25-26's hosts read 101-106 s cold, 38-49 s warm, where session 23's read 72-80 and 25-32).
 #   PART=split (one H100, nvidia-h100-x1, about 6 minutes): can stage 0's cold compile be split across processes by
 #     region (split_compile_probe.py)? Four starts of train_gpt.py on short proxy runs, each with its own compile cache:
@@ -9,12 +9,18 @@
 #              updates, which the first step would otherwise compile), then train_gpt.py starts on it
 #       all    two probe processes at once fill an empty cache: every region at stage 0 (the serial reference) |
 #              the validation helper's work; then train_gpt.py
+#   PART=coldab (2 × H100, nvidia-h100-x2, about 12 minutes; only if PART=split's rule passed): branch s26-split-compile
+#     (Precompiler splits stage 0 by region among three helpers, 4779b84) against main, both GPUs (torchrun), short
+#     proxy runs: main cold, split cold, main warm, split warm, then the four again, each arm its own caches
+#     (emptied before each cold start).
 #   PART=hosts (2 × H100, nvidia-h100-x2, about 6 minutes): host or code? Main's train_gpt.py against session 23's
 #     (8416606, whose starts read 80 s cold and 29-32 s warm on another host), one after the other on this host:
 #     each cold (its own empty cache), then warm, on both GPUs (torchrun), short proxy runs with the same flags.
 # Before: the device tree is main; cp this script, split_compile_probe.py and
 #   ../2026-11-27_h100x2_stack_ab_records/collect.sh into scratch/; for PART=hosts also
-#   git show 8416606:train_gpt.py > scratch/train_gpt_s23.py. The corpus in two calls (next_s26.sh's header).
+#   git show 8416606:train_gpt.py > scratch/train_gpt_s23.py; for PART=coldab also cp train_gpt.py
+#   scratch/train_gpt_main.py and git show s26-split-compile:train_gpt.py > scratch/train_gpt_split.py. The corpus
+#   in two calls (next_s26.sh's header).
 # Launch: mkdir -p .proxy; cp .proxyA/* .proxyB/* .proxy/; cp scratch/next_s27.sh /tmp/s27.sh;
 #   PART=split setsid nohup bash /tmp/s27.sh > /tmp/s27.log 2>&1 < /dev/null &
 #   sleep 2; bash scratch/collect.sh 560 "s27 done" /tmp/s27.log
@@ -24,6 +30,11 @@
 #    the cache) and the four probes' time plus that warm-up is at least 15 s below the cold start's stage-0
 #    warm-up. Otherwise the note says which failed: cache misses (the split start's stage 0 near the cold one's),
 #    time (the parts no faster than "all"), or memory (a probe's peak).
+#  - coldab: split is merged if its cold start (the log's start-up total) is at least 10 s shorter than main's in
+#    both rounds, no helper failed (no "warning: precompile" line: six helpers a GPU at once may not fit in its
+#    memory, which the split probe's peaks foretell), and its warm starts are within 2 s of main's (a warm start
+#    starts no helper). Session 26's cold start suggests the later stages' helpers end before stage 0 does, but
+#    their own times were never logged: if they take longer than the split stage 0, they bound the gain.
 #  - hosts: the code explains the slower starts if main's cold and warm starts are each more than 10 % above
 #    8416606's on this host; the host does if they are within 10 %.
 PART=${PART:-split}
@@ -64,6 +75,12 @@ if [ $PART = split ]; then
   clock=$(date +%s%N); probe /tmp/c_all all validation
   echo "the two probes: $(( ($(date +%s%N) - clock) / 1000000 )) ms" >> $R/progress
   start all /tmp/c_all train_gpt.py 1
+elif [ $PART = coldab ]; then
+  for round in 1 2; do
+    for arm in main split; do rm -rf /tmp/c_$arm; start ${arm}_cold$round /tmp/c_$arm scratch/train_gpt_$arm.py 2; done
+    for arm in main split; do start ${arm}_warm$round /tmp/c_$arm scratch/train_gpt_$arm.py 2; done
+    grep -h "^warning: precompile" $R/*.log >> $R/progress
+  done
 else
   for arm in main s23; do
     script=train_gpt.py; [ $arm = s23 ] && script=scratch/train_gpt_s23.py
