@@ -2672,11 +2672,15 @@ def compile_optimizer_updates(model, args, world_size):
     adam.step()
 
 
-def precompile_helper(*args):
-    """A helper process's entry: Ctrl-C, which the terminal sends to the helpers too, is the run's to handle
-    (it ends them, Precompiler.stop), not theirs to print a traceback for."""
+def precompile_helper(report, args, device, *rest):
+    """A helper process's entry: precompile, then its seconds of work, the time.time() it ended at and its peak
+    GPU memory in bytes into `report`. Ctrl-C, which the terminal sends to the helpers too, is the run's to
+    handle (it ends them, Precompiler.stop), not theirs to print a traceback for."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    precompile(*args)
+    clock = time.perf_counter()
+    precompile(args, device, *rest)
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+    report.send((time.perf_counter() - clock, time.time(), peak))
 
 
 class Precompiler:
@@ -2695,7 +2699,7 @@ class Precompiler:
     training process's first step ends: its first forward and backward pass compile for about 40 s."""
 
     def __init__(self, args, device, world_size, shapes, val_shape, log):
-        self.helpers, self.log = {}, log
+        self.helpers, self.reports, self.log = {}, {}, log
         jobs = []  # the later stages, those of one micro-batch size in one job: only the head differs between them
         for stage in list(warm_up_steps(args, shapes))[1:]:
             if jobs and shapes[jobs[-1][-1]].tokens == shapes[stage].tokens:
@@ -2707,9 +2711,12 @@ class Precompiler:
         context = multiprocessing.get_context("spawn")  # a fork would copy this process's CUDA state
         for job in jobs:
             name = "precompile " + " and ".join("validation" if s is None else f"stage {s}" for s in job)
+            report, sending = context.Pipe(duplex=False)
             helper = context.Process(target=precompile_helper, name=name,
-                                     args=(args, device, world_size, shapes, val_shape, job))
+                                     args=(sending, args, device, world_size, shapes, val_shape, job))
             helper.start()
+            sending.close()
+            self.reports[helper] = (report, time.time())
             log(f"{name}: a helper process started (cold compile cache)")
             self.helpers.update({stage: helper for stage in job})
         atexit.register(self.stop)  # before multiprocessing's own exit handler, which would wait for them
@@ -2720,14 +2727,24 @@ class Precompiler:
             helper.terminate()
             helper.join()
         self.helpers.clear()
+        self.reports.clear()
 
     def wait(self, stage):
-        """Before the warm-up of `stage` (None: validation): wait until its helper has finished."""
+        """Before the warm-up of `stage` (None: validation): wait until its helper has finished, and log how long
+        it took and how long the warm-up waited for it (a helper of several stages, at the first of them)."""
         helper = self.helpers.pop(stage, None)
-        if helper is not None and helper.exitcode is None:
-            helper.join()
-            if helper.exitcode:
-                self.log(f"warning: {helper.name} failed (exit code {helper.exitcode}); its shapes compile here")
+        if helper is None or helper not in self.reports:
+            return
+        report, started = self.reports.pop(helper)
+        clock = time.perf_counter()
+        helper.join()
+        waited = time.perf_counter() - clock
+        if helper.exitcode or not report.poll():
+            self.log(f"warning: {helper.name} failed (exit code {helper.exitcode}); its shapes compile here")
+            return
+        seconds, ended, peak = report.recv()
+        self.log(f"{helper.name}: ended {ended - started:.1f}s after it started, {seconds:.1f}s of it compiling, "
+                 f"peak GPU memory {peak / 2**30:.1f} GiB; the warm-up waited {waited:.1f}s for it")
 
 
 @dataclass

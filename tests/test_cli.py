@@ -4,6 +4,7 @@ import collections
 import fcntl
 import gc
 import io
+import multiprocessing
 import os
 import pty
 import re
@@ -14,6 +15,8 @@ import struct
 import subprocess
 import sys
 import termios
+import time
+import types
 import typing
 from pathlib import Path
 
@@ -397,6 +400,55 @@ def test_warm_up_runs_each_graph_key_of_the_run_on_two_steps(argv):
     runs = collections.Counter(map(key, warm))
     assert set(runs) == set(map(key, range(tg.total_steps(args)))) and set(runs.values()) == {args.warmup_steps}
     assert warm == sorted(warm) and len(set(warm)) < len(warm)  # the last tied step, stage 2's first, twice
+
+
+def test_precompiler_logs_each_helpers_time_and_memory_once_and_a_failed_one_as_a_warning(monkeypatch):
+    """The log of a cold start says, at each helper's first stage, when the helper ended after it started, how
+    long it compiled, its peak GPU memory and how long the warm-up waited: where a cold start's time goes. A
+    helper of several stages is reported once; a failed one is a warning. The processes here are stand-ins that
+    report as precompile_helper does."""
+    made = []
+
+    class Helper:
+        def __init__(self, target, name, daemon=False, args=()):
+            self.name, self.report, self.stages, self.exitcode = name, args[0], args[6], None
+            made.append(self)
+
+        def start(self):
+            if self.stages != [None]:  # validation's stand-in fails before it reports
+                self.report.send((12.5, time.time() + 30, 3 * 2**30))
+
+        def join(self):
+            self.exitcode = 1 if self.stages == [None] else 0
+
+    context = types.SimpleNamespace(Process=Helper, Pipe=multiprocessing.Pipe)
+    monkeypatch.setattr(tg.multiprocessing, "get_context", lambda method: context)
+    monkeypatch.setattr(tg.atexit, "register", lambda stop: None)
+    args = tg.parse_args(QUICK + ["--warmup_steps", "2"])
+    shapes = [tg.train_shape(args, 1, stage) for stage in tg.TRAINING_STAGES]
+    val_shape = tg.BatchShape(args.val_seq_tokens, args.val_seq_tokens, 1)
+    messages = []
+    precompiler = tg.Precompiler(args, torch.device("cpu"), 1, shapes, val_shape, messages.append)
+    assert [helper.stages for helper in made] == [[1], [2, 3, 4, 5], [None]]
+    for stage in (0, 1, 2, 3, 4, 5, None):
+        precompiler.wait(stage)
+    reports = [m for m in messages if "helper process started" not in m]
+    assert len(reports) == 3
+    names = "precompile stage 1", "precompile stage 2 and stage 3 and stage 4 and stage 5"
+    for line, name in zip(reports[:2], names):  # ended 30 s after its start, less the moment the start took
+        assert re.fullmatch(rf"{name}: ended (29\.[5-9]|30\.0)s after it started, 12\.5s of it compiling, peak GPU "
+                            r"memory 3\.0 GiB; the warm-up waited 0\.0s for it", line), line
+    assert reports[2] == "warning: precompile validation failed (exit code 1); its shapes compile here"
+
+
+def test_precompile_helper_reports_its_time_and_memory(monkeypatch):
+    """A helper sends the seconds it compiled, when it ended and its peak GPU memory (none on the CPU)."""
+    monkeypatch.setattr(tg, "precompile", lambda *args: time.sleep(0.2))
+    monkeypatch.setattr(tg.signal, "signal", lambda *args: None)  # the helper's own SIGINT setting, not pytest's
+    report, sending = multiprocessing.Pipe(duplex=False)
+    tg.precompile_helper(sending, None, torch.device("cpu"), 1, [], None, [1])
+    seconds, ended, peak = report.recv()
+    assert 0.2 <= seconds < 5 and abs(ended - time.time()) < 5 and peak == 0
 
 
 def test_precompiler_stop_ends_the_helpers_still_running(workdir, monkeypatch):
