@@ -2674,12 +2674,13 @@ def compile_optimizer_updates(model, args, world_size):
 
 def precompile_helper(report, args, device, *rest):
     """A helper process's entry: precompile, then its seconds of work, the time.time() it ended at and its peak
-    GPU memory in bytes into `report`. Ctrl-C, which the terminal sends to the helpers too, is the run's to
-    handle (it ends them, Precompiler.stop), not theirs to print a traceback for."""
+    GPU memory allocated and reserved, in bytes, into `report`. Ctrl-C, which the terminal sends to the helpers
+    too, is the run's to handle (it ends them, Precompiler.stop), not theirs to print a traceback for."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     clock = time.perf_counter()
     precompile(args, device, *rest)
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+    cuda = device.type == "cuda"
+    peak = (torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)) if cuda else (0, 0)
     report.send((time.perf_counter() - clock, time.time(), peak))
 
 
@@ -2742,9 +2743,10 @@ class Precompiler:
         if helper.exitcode or not report.poll():
             self.log(f"warning: {helper.name} failed (exit code {helper.exitcode}); its shapes compile here")
             return
-        seconds, ended, peak = report.recv()
+        seconds, ended, (allocated, reserved) = report.recv()
         self.log(f"{helper.name}: ended {ended - started:.1f}s after it started, {seconds:.1f}s of it compiling, "
-                 f"peak GPU memory {peak / 2**30:.1f} GiB; the warm-up waited {waited:.1f}s for it")
+                 f"peak GPU memory {allocated / 2**30:.1f} GiB allocated, {reserved / 2**30:.1f} GiB reserved; the "
+                 f"warm-up waited {waited:.1f}s for it")
 
 
 @dataclass

@@ -416,7 +416,7 @@ def test_precompiler_logs_each_helpers_time_and_memory_once_and_a_failed_one_as_
 
         def start(self):
             if self.stages != [None]:  # validation's stand-in fails before it reports
-                self.report.send((12.5, time.time() + 30, 3 * 2**30))
+                self.report.send((12.5, time.time() + 30, (3 * 2**30, 4 * 2**30)))
 
         def join(self):
             self.exitcode = 1 if self.stages == [None] else 0
@@ -437,7 +437,8 @@ def test_precompiler_logs_each_helpers_time_and_memory_once_and_a_failed_one_as_
     names = "precompile stage 1", "precompile stage 2 and stage 3 and stage 4 and stage 5"
     for line, name in zip(reports[:2], names):  # ended 30 s after its start, less the moment the start took
         assert re.fullmatch(rf"{name}: ended (29\.[5-9]|30\.0)s after it started, 12\.5s of it compiling, peak GPU "
-                            r"memory 3\.0 GiB; the warm-up waited 0\.0s for it", line), line
+                            r"memory 3\.0 GiB allocated, 4\.0 GiB reserved; the warm-up waited 0\.0s for it",
+                            line), line
     assert reports[2] == "warning: precompile validation failed (exit code 1); its shapes compile here"
 
 
@@ -448,7 +449,7 @@ def test_precompile_helper_reports_its_time_and_memory(monkeypatch):
     report, sending = multiprocessing.Pipe(duplex=False)
     tg.precompile_helper(sending, None, torch.device("cpu"), 1, [], None, [1])
     seconds, ended, peak = report.recv()
-    assert 0.2 <= seconds < 5 and abs(ended - time.time()) < 5 and peak == 0
+    assert 0.2 <= seconds < 5 and abs(ended - time.time()) < 5 and peak == (0, 0)
 
 
 def test_precompiler_stop_ends_the_helpers_still_running(workdir, monkeypatch):
