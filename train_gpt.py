@@ -2190,38 +2190,34 @@ class ValidationMask:
         # the pipe and in the copy, where Python's lock is free.
         self.staged = torch.empty_like(head.never_follows)
         self.stream = torch.cuda.Stream(self.staged.device) if self.staged.is_cuda else None
-        self.received, self.error = None, None
-        self.receiver = threading.Thread(target=self.receive, args=(merges.nbytes, shape), name="validation mask",
-                                         daemon=True)
-        self.receiver.start()
+        self.arrived = Future()  # (pairs, ready) once the bits are staged, or what stopped the thread
+        threading.Thread(target=self.receive, args=(merges.nbytes, shape), name="validation mask", daemon=True).start()
 
     def receive(self, offset, shape):
         try:
-            self.received = self.results.recv()  # (pairs, ready); EOFError if the process died first
-            bits = np.memmap(self.file.name, np.uint8, "r+", offset=offset, shape=shape)
-            with torch.cuda.stream(self.stream):  # None on the CPU: no stream
-                self.staged.copy_(torch.from_numpy(bits))  # not non_blocking: done when this thread is
-            del bits
+            try:
+                received = self.results.recv()  # EOFError if the process died first
+                bits = np.memmap(self.file.name, np.uint8, "r+", offset=offset, shape=shape)
+                with torch.cuda.stream(self.stream):  # None on the CPU: no stream
+                    self.staged.copy_(torch.from_numpy(bits))  # not non_blocking: done once it returns
+            finally:
+                self.file.close()  # and so deleted
+            self.arrived.set_result(received)
         except BaseException as error:  # apply raises it on the training thread
-            self.error = error
-        finally:
-            self.file.close()  # and so deleted
+            self.arrived.set_exception(error)
 
     def apply(self):
         """Wait for the mask and put it in the head; returns the number of pairs masked, the seconds from this
         object's start (the timed loop's) to the mask's arrival, and those this process waited for it."""
         clock = time.perf_counter()
-        self.receiver.join()
         self.builder.join()
-        waited = time.perf_counter() - clock
         if self.builder.exitcode:
             raise RuntimeError(f"the validation mask's build failed (exit code {self.builder.exitcode}; its "
                                f"traceback, if it left one, is above)")
-        if self.error is not None:
-            raise RuntimeError("the validation mask could not be read back from its process") from self.error
+        pairs, ready = self.arrived.result()  # or the receiving thread's exception
+        waited = time.perf_counter() - clock
         self.head.never_follows.copy_(self.staged)
         del self.staged
-        pairs, ready = self.received
         return pairs, ready, waited
 
 

@@ -427,13 +427,13 @@ def test_validation_mask_reaches_the_gpu_while_the_steps_stream_is_busy():
     queued = torch.cuda.Event()
     queued.record()
     mask, deadline = tg.ValidationMask(merges, head), time.monotonic() + 60
-    while mask.receiver.is_alive():  # a sleep is queued before the last one ends: the stream never idles
+    while not mask.arrived.done():  # a sleep is queued before the last one ends: the stream never idles
         assert time.monotonic() < deadline, "the mask's copy did not end while the steps' stream was busy"
         torch.cuda._sleep(1_000_000_000)
         running, queued = queued, torch.cuda.Event()
         queued.record()
         running.synchronize()
-    assert not torch.cuda.current_stream().query() and mask.error is None
+    assert not torch.cuda.current_stream().query() and mask.arrived.exception() is None
     bits, pairs = tg.impossible_pairs(merges, 50304)
     assert torch.equal(mask.staged.cpu(), torch.from_numpy(bits)) and not head.never_follows.any()
     assert mask.apply()[0] == pairs and torch.equal(head.never_follows.cpu(), torch.from_numpy(bits))

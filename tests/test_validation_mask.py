@@ -197,9 +197,9 @@ def test_the_mask_is_staged_as_soon_as_it_is_built_and_reaches_the_head_only_in_
     merges = tg.load_merge_table(DATA / "gpt2_merges.npy", 50304)[:1000]
     head = types.SimpleNamespace(never_follows=torch.zeros(1024, 128, dtype=torch.uint8))
     mask = tg.ValidationMask(merges, head)
-    mask.receiver.join(timeout=120)
+    mask.arrived.exception(timeout=120)  # waits for the thread's end
     bits, pairs = tg.impossible_pairs(merges, 1024)
-    assert not mask.receiver.is_alive() and mask.error is None and not Path(mask.file.name).exists()
+    assert mask.arrived.done() and mask.arrived.exception() is None and not Path(mask.file.name).exists()
     assert torch.equal(mask.staged, torch.from_numpy(bits)) and not head.never_follows.any()
     assert mask.apply()[0] == pairs and torch.equal(head.never_follows, torch.from_numpy(bits))
 
