@@ -10,7 +10,7 @@
 #       all    two probe processes at once fill an empty cache: every region at stage 0 (the serial reference) |
 #              the validation helper's work; then train_gpt.py
 #   PART=coldab (2 × H100, nvidia-h100-x2, about 12 minutes; only if PART=split's rule passed): branch s26-split-compile
-#     (Precompiler splits stage 0 by region among three helpers, ff4664a) against main, both GPUs (torchrun), short
+#     (Precompiler splits stage 0 by region among three helpers, 3c9e509) against main, both GPUs (torchrun), short
 #     proxy runs: main cold, split cold, main warm, split warm, then the four again, each arm its own caches
 #     (emptied before each cold start).
 #   PART=hosts (2 × H100, nvidia-h100-x2, about 6 minutes): host or code? Main's train_gpt.py against session 23's
