@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 STARTED = time.perf_counter()
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "train_gpt.py").exists())  # run from scratch/ or here
 PARTS = ("before_attention", "after_attention", "mix_and_mlp", "head")
 
 
