@@ -12,6 +12,9 @@
 #       pwarm    TORCH_CACHING_PRECOMPILE=1, warm on pcold's cache
 #   PART=warm2 (2 x H100, nvidia-h100-x2, about 4 minutes): cold, sampled and plain as above on both GPUs (torchrun;
 #     the sampler runs on rank 0 only).
+#   Both parts first run the validation mask's GPU test, edited in session 26 (a4eab68: the receiving thread hands
+#     apply a Future) and not run on a GPU since: pytest tests/test_gpu.py -k validation_mask. Its result goes in
+#     the note whatever it is; a failure is mended before anything else is merged.
 # Before: the device tree is main; cp this script, sitecustomize.py and counters_table.py into scratch/ (mkdir
 #   scratch/counters; sitecustomize.py goes there) and ../2026-11-27_h100x2_stack_ab_records/collect.sh into
 #   scratch/. The corpus: .proxyB/ alone is enough (start-up only; --repeat_train_files).
@@ -49,6 +52,9 @@ start () {  # name, compile cache, GPUs; the environment says what to sample and
   cp logs/*.txt $R/$1.log 2>/dev/null
   python3 scratch/counters_table.py $COUNTERS_OUT >> $R/progress 2>&1
 }
+echo "=== the mask's GPU test $(date +%T)" >> $R/progress
+PYTHONPATH= timeout 120 python3 -m pytest -q tests/test_gpu.py -k validation_mask > $R/test_gpu.txt 2>&1
+tail -2 $R/test_gpu.txt >> $R/progress
 GPUS=1; [ $PART = warm2 ] && GPUS=2
 start cold /tmp/c_main $GPUS
 SAMPLE_OUT=$R/samples_sampled.txt start sampled /tmp/c_main $GPUS
