@@ -10,6 +10,11 @@
 #       plain    warm, no sampler
 #       pcold    TORCH_CACHING_PRECOMPILE=1, an empty cache of its own
 #       pwarm    TORCH_CACHING_PRECOMPILE=1, warm on pcold's cache
+#   PART=dcache (one H100, nvidia-h100-x1, about 6 minutes): dynamo_cache_probe.py (its docstring says what it patches
+#     and why) at the default model and the proxy flags: "save" with and without caching_precompile at once, each
+#     into its own empty cache (they compile every stage's regions, one process each), then "load" from each, one
+#     after the other. On this project's CPU (torch 2.13, the smoke model, 30 graphs) the load took 7.4 s with
+#     Dynamo's cache against 13.4 s without (Dynamo 2.6 against 9.2 s), the same losses.
 #   PART=warm2 (2 x H100, nvidia-h100-x2, about 4 minutes): cold, sampled and plain as above on both GPUs (torchrun;
 #     the sampler runs on rank 0 only).
 #   Both parts first run the validation mask's GPU test, edited in session 26 (a4eab68: the receiving thread hands
@@ -26,6 +31,11 @@
 #    note gives them as biased. The note names the functions with the most inclusive seconds inside warm_up
 #    (Dynamo's tracing, guards, the AOTAutograd and FX cache loads, Triton's kernel loads, CUDA graph captures, the
 #    warm-up steps themselves).
+#  - dcache: Dynamo's cache is worth building into train_gpt.py (the three patches of the probe, and every region
+#    traced before the first backward pass with the gradients set aside) if the cached load shows Dynamo cache hits
+#    and no graph traced (no stats.unique_graphs), takes at least 5 s less "in all" than the plain load, and gives
+#    the same losses (to 1e-3 relative). PART=warm's pcold/pwarm (the environment variable alone, train_gpt.py as
+#    it is) are expected to fail on the custom ops at the first compile, as on the CPU: that failure is no verdict.
 #  - caching_precompile: worth building into train_gpt.py (set in compile_regions) if pwarm's counters show Dynamo
 #    cache hits (dynamo_cache.*hit*), its start-up total is at least 5 s shorter than plain's, and its final val
 #    loss is within 0.002 of plain's. A load error or no hits: dropped, with the error in the note.
@@ -55,6 +65,21 @@ start () {  # name, compile cache, GPUs; the environment says what to sample and
 echo "=== the mask's GPU test $(date +%T)" >> $R/progress
 PYTHONPATH= timeout 120 python3 -m pytest -q tests/test_gpu.py -k validation_mask > $R/test_gpu.txt 2>&1
 tail -2 $R/test_gpu.txt >> $R/progress
+if [ $PART = dcache ]; then
+  PROBE=experiments/2026-11-27_s27_split_compile/dynamo_cache_probe.py
+  for arm in cached plain; do
+    extra=; [ $arm = plain ] && extra=--plain
+    timeout 450 python3 $PROBE save /tmp/c_$arm $extra "${FLAGS[@]}" < /dev/null > $R/save_$arm.out 2>&1 &
+  done
+  wait
+  for arm in cached plain; do
+    extra=; [ $arm = plain ] && extra=--plain
+    timeout 120 python3 $PROBE load /tmp/c_$arm $extra "${FLAGS[@]}" < /dev/null > $R/load_$arm.out 2>&1
+  done
+  for out in $R/save_*.out $R/load_*.out; do grep -h "^save\|^load\|Error" $out | tail -2 >> $R/progress; done
+  echo "=== s28 done $(date +%T)" >> $R/progress
+  exit
+fi
 GPUS=1; [ $PART = warm2 ] && GPUS=2
 start cold /tmp/c_main $GPUS
 SAMPLE_OUT=$R/samples_sampled.txt start sampled /tmp/c_main $GPUS
