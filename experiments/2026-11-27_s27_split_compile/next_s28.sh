@@ -15,6 +15,10 @@
 #     into its own empty cache (they compile every stage's regions, one process each), then "load" from each, one
 #     after the other. On this project's CPU (torch 2.13, the smoke model, 30 graphs) the load took 7.4 s with
 #     Dynamo's cache against 13.4 s without (Dynamo 2.6 against 9.2 s), the same losses.
+#   PART=dwarm (one H100, about 6 minutes; only if PART=dcache's rule passed): branch s27-dynamo-cache (Dynamo's
+#     cache built into train_gpt.py, NOT run on a GPU: the probe's three patches, and the warm-up traces each step's
+#     regions first with the gradients set aside) against main: main cold, branch cold, then main warm, branch
+#     warm, twice; each arm its own cache. Needs scratch/train_gpt_dcache.py (git show s27-dynamo-cache:train_gpt.py).
 #   PART=warm2 (2 x H100, nvidia-h100-x2, about 4 minutes): cold, sampled and plain as above on both GPUs (torchrun;
 #     the sampler runs on rank 0 only).
 #   Both parts first run the validation mask's GPU test, edited in session 26 (a4eab68: the receiving thread hands
@@ -36,6 +40,9 @@
 #    and no graph traced (no stats.unique_graphs), takes at least 5 s less "in all" than the plain load, and gives
 #    the same losses (to 1e-3 relative). PART=warm's pcold/pwarm (the environment variable alone, train_gpt.py as
 #    it is) are expected to fail on the custom ops at the first compile, as on the CPU: that failure is no verdict.
+#  - dwarm: s27-dynamo-cache is merged if both its warm starts are at least 5 s shorter than main's, its cold start
+#    at most 5 s longer (the trace passes and the guards' pickling are new work there), its final val losses within
+#    0.002 of main's, and no traceback or warning line in its output. Then PART=warm2 on the branch, for the bars.
 #  - caching_precompile: worth building into train_gpt.py (set in compile_regions) if pwarm's counters show Dynamo
 #    cache hits (dynamo_cache.*hit*), its start-up total is at least 5 s shorter than plain's, and its final val
 #    loss is within 0.002 of plain's. A load error or no hits: dropped, with the error in the note.
@@ -77,6 +84,25 @@ if [ $PART = dcache ]; then
     timeout 120 python3 $PROBE load /tmp/c_$arm $extra "${FLAGS[@]}" < /dev/null > $R/load_$arm.out 2>&1
   done
   for out in $R/save_*.out $R/load_*.out; do grep -h "^save\|^load\|Error" $out | tail -2 >> $R/progress; done
+  echo "=== s28 done $(date +%T)" >> $R/progress
+  exit
+fi
+if [ $PART = dwarm ]; then
+  cp train_gpt.py scratch/train_gpt_main.py
+  run_arm () {  # name, script, cache
+    echo "=== $1 $(date +%T)" >> $R/progress
+    rm -rf logs
+    timeout 300 python3 $2 --compile_cache $3 "${FLAGS[@]}" < /dev/null > $R/$1.out 2>&1
+    grep -h "^startup\|^final" logs/*.txt | cut -f1 >> $R/progress
+    grep -h "Traceback\|Warning\|warning" $R/$1.out | sort | uniq -c | head -5 >> $R/progress
+    cp logs/*.txt $R/$1.log 2>/dev/null
+  }
+  run_arm main_cold scratch/train_gpt_main.py /tmp/c_main
+  run_arm dcache_cold scratch/train_gpt_dcache.py /tmp/c_dcache
+  for round in 1 2; do
+    run_arm main_warm$round scratch/train_gpt_main.py /tmp/c_main
+    run_arm dcache_warm$round scratch/train_gpt_dcache.py /tmp/c_dcache
+  done
   echo "=== s28 done $(date +%T)" >> $R/progress
   exit
 fi
