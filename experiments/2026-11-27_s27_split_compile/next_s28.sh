@@ -18,7 +18,10 @@
 #   PART=dwarm (one H100, about 6 minutes; only if PART=dcache's rule passed): branch s27-dynamo-cache (Dynamo's
 #     cache built into train_gpt.py, NOT run on a GPU: the probe's three patches, and the warm-up traces each step's
 #     regions first with the gradients set aside) against main: main cold, branch cold, then main warm, branch
-#     warm, twice; each arm its own cache. Needs scratch/train_gpt_dcache.py (git show s27-dynamo-cache:train_gpt.py).
+#     warm, twice; each arm its own cache. First the branch's GPU tests of compilation (its new one: a second
+#     process loads every frame from Dynamo's cache). Needs scratch/train_gpt_dcache.py (git show
+#     s27-dynamo-cache:train_gpt.py) and scratch/branch/ (mkdir scratch/branch; git archive s27-dynamo-cache
+#     train_gpt.py tests data/sample | tar x -C scratch/branch).
 #   PART=warm2 (2 x H100, nvidia-h100-x2, about 4 minutes): cold, sampled and plain as above on both GPUs (torchrun;
 #     the sampler runs on rank 0 only).
 #   Both parts first run the validation mask's GPU test, edited in session 26 (a4eab68: the receiving thread hands
@@ -40,7 +43,7 @@
 #    and no graph traced (no stats.unique_graphs), takes at least 5 s less "in all" than the plain load, and gives
 #    the same losses (to 1e-3 relative). PART=warm's pcold/pwarm (the environment variable alone, train_gpt.py as
 #    it is) are expected to fail on the custom ops at the first compile, as on the CPU: that failure is no verdict.
-#  - dwarm: s27-dynamo-cache is merged if both its warm starts are at least 5 s shorter than main's, its cold start
+#  - dwarm: s27-dynamo-cache is merged if its GPU tests pass, both its warm starts are at least 5 s shorter than main's, its cold start
 #    at most 5 s longer (the trace passes and the guards' pickling are new work there), its final val losses within
 #    0.002 of main's, and no traceback or warning line in its output. Then PART=warm2 on the branch, for the bars.
 #  - caching_precompile: worth building into train_gpt.py (set in compile_regions) if pwarm's counters show Dynamo
@@ -89,6 +92,8 @@ if [ $PART = dcache ]; then
 fi
 if [ $PART = dwarm ]; then
   cp train_gpt.py scratch/train_gpt_main.py
+  (cd scratch/branch && PYTHONPATH= timeout 500 python3 -m pytest -q tests/test_gpu.py -k "dynamo or compiled_model or graphed" \
+    > $R/branch_test_gpu.txt 2>&1; tail -2 $R/branch_test_gpu.txt >> $R/progress)
   run_arm () {  # name, script, cache
     echo "=== $1 $(date +%T)" >> $R/progress
     rm -rf logs
