@@ -27,6 +27,8 @@
 #   Both parts first run the validation mask's GPU test, edited in session 26 (a4eab68: the receiving thread hands
 #     apply a Future) and not run on a GPU since: pytest tests/test_gpu.py -k validation_mask. Its result goes in
 #     the note whatever it is; a failure is mended before anything else is merged.
+# Order (about 26 minutes in all, of 30): PART=dcache (its first step runs the mask's test); PART=dwarm if its rule
+#   passed, else PART=warm; then PART=warm2 with what time is left.
 # Before: the device tree is main; cp this script, sitecustomize.py and counters_table.py into scratch/ (mkdir
 #   scratch/counters; sitecustomize.py goes there) and ../2026-11-27_h100x2_stack_ab_records/collect.sh into
 #   scratch/. The corpus: .proxyB/ alone is enough (start-up only; --repeat_train_files).
