@@ -24,7 +24,7 @@
 #     train_gpt.py tests data/sample | tar x -C scratch/branch).
 #   PART=warm2 (2 x H100, nvidia-h100-x2, about 4 minutes): cold, sampled and plain as above on both GPUs (torchrun;
 #     the sampler runs on rank 0 only).
-#   Both parts first run the validation mask's GPU test, edited in session 26 (a4eab68: the receiving thread hands
+#   Every part first runs the validation mask's GPU test, edited in session 26 (a4eab68: the receiving thread hands
 #     apply a Future) and not run on a GPU since: pytest tests/test_gpu.py -k validation_mask. Its result goes in
 #     the note whatever it is; a failure is mended before anything else is merged.
 # Order (about 26 minutes in all, of 30): PART=dcache (its first step runs the mask's test); PART=dwarm if its rule
@@ -33,7 +33,7 @@
 #   scratch/counters; sitecustomize.py goes there) and ../2026-11-27_h100x2_stack_ab_records/collect.sh into
 #   scratch/. The corpus: .proxyB/ alone is enough (start-up only; --repeat_train_files).
 # Launch: mkdir -p .proxy; cp .proxyB/* .proxy/; cp scratch/next_s28.sh /tmp/s28.sh;
-#   PART=warm setsid nohup bash /tmp/s28.sh > /tmp/s28.log 2>&1 < /dev/null &
+#   PART=dcache setsid nohup bash /tmp/s28.sh > /tmp/s28.log 2>&1 < /dev/null &
 #   sleep 2; bash scratch/collect.sh 560 "s28 done" /tmp/s28.log
 # Rules, fixed before the runs:
 #  - sampler: its shares stand if the sampled warm start's total is within 2 s of the plain one's; otherwise the
@@ -45,8 +45,8 @@
 #    and no graph traced (no stats.unique_graphs), takes at least 5 s less "in all" than the plain load, and gives
 #    the same losses (to 1e-3 relative). PART=warm's pcold/pwarm (the environment variable alone, train_gpt.py as
 #    it is) are expected to fail on the custom ops at the first compile, as on the CPU: that failure is no verdict.
-#  - dwarm: s27-dynamo-cache is merged if its GPU tests pass, both its warm starts are at least 5 s shorter than main's, its cold start
-#    at most 5 s longer (the trace passes and the guards' pickling are new work there), its final val losses within
+#  - dwarm: s27-dynamo-cache is merged if its GPU tests pass, both its warm starts are at least 5 s shorter than
+#    main's, its cold start at most 5 s longer (the trace passes and the guards' pickling are new work there), its final val losses within
 #    0.002 of main's, and no traceback or warning line in its output. Then PART=warm2 on the branch, for the bars.
 #  - caching_precompile: worth building into train_gpt.py (set in compile_regions) if pwarm's counters show Dynamo
 #    cache hits (dynamo_cache.*hit*), its start-up total is at least 5 s shorter than plain's, and its final val
