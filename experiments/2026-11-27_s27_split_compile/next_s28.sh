@@ -21,7 +21,7 @@
 #     warm, twice; each arm its own cache. First the branch's GPU tests of compilation (its new one: a second
 #     process loads every frame from Dynamo's cache). Needs scratch/train_gpt_dcache.py (git show
 #     s27-dynamo-cache:train_gpt.py) and scratch/branch/ (mkdir scratch/branch; git archive s27-dynamo-cache
-#     train_gpt.py tests data/sample | tar x -C scratch/branch).
+#     train_gpt.py tests data | tar x -C scratch/branch).
 #   PART=warm2 (2 x H100, nvidia-h100-x2, about 4 minutes): cold, sampled and plain as above on both GPUs (torchrun;
 #     the sampler runs on rank 0 only).
 #   Every part first runs the validation mask's GPU test, edited in session 26 (a4eab68: the receiving thread hands
