@@ -1,6 +1,8 @@
 #!/bin/bash
-# Next session (27), written in session 26 and NOT RUN. Three jobs for issue 35's start-up bars (2 GPUs: under 60 s cold,
-# under 20 s warm; sessions 25-26's hosts read 101-106 s cold, 38-49 s warm, where session 23's read 72-80 and 25-32).
+# Written in session 26, run in session 27 (../2026-11-27_s27_split_compile/README.md), which added PART=diag and
+# PART=profile below (with ../2026-11-27_s27_split_compile/sitecustomize.py and counters_table.py). Three jobs for
+# issue 35's start-up bars (2 GPUs: under 60 s cold, under 20 s warm; sessions 25-26's hosts read 101-106 s cold,
+# 38-49 s warm, where session 23's read 72-80 and 25-32).
 #   PART=split (one H100, nvidia-h100-x1, about 6 minutes): can stage 0's cold compile be split across processes by
 #     region (split_compile_probe.py)? Four starts of train_gpt.py on short proxy runs, each with its own compile cache:
 #       cold   an empty cache (the baseline), then warm: the same cache again
@@ -81,6 +83,25 @@ elif [ $PART = coldab ]; then
     for arm in main split; do start ${arm}_warm$round /tmp/c_$arm scratch/train_gpt_$arm.py 2; done
     grep -h "^warning: precompile" $R/*.log >> $R/progress
   done
+elif [ $PART = diag ]; then
+  # misses or contention? Each process's compile counters (scratch/counters/sitecustomize.py) per start
+  export PYTHONPATH=/tmp/gt/scratch/counters
+  export COUNTERS_OUT=$R/counters_probes.jsonl; clock=$(date +%s%N); probe /tmp/c_d all validation
+  echo "the two probes: $(( ($(date +%s%N) - clock) / 1000000 )) ms" >> $R/progress
+  export COUNTERS_OUT=$R/counters_all.jsonl; start all /tmp/c_d train_gpt.py 1
+  export COUNTERS_OUT=$R/counters_warm.jsonl; start warm /tmp/c_d train_gpt.py 1
+  python3 scratch/counters_table.py $R/counters_*.jsonl >> $R/progress
+elif [ $PART = profile ]; then
+  # where a warm start's 33 s go (one H100): a cold start fills the cache, then a warm start under cProfile
+  export PYTHONPATH=/tmp/gt/scratch/counters
+  export COUNTERS_OUT=$R/counters_cold.jsonl; start cold /tmp/c_p train_gpt.py 1
+  export COUNTERS_OUT=$R/counters_warm.jsonl; echo "=== warm under cProfile $(date +%T)" >> $R/progress
+  rm -rf logs; timeout 200 python3 -m cProfile -o $R/warm.prof train_gpt.py --compile_cache /tmp/c_p "${FLAGS[@]}" \
+    < /dev/null > $R/warm.out 2>&1
+  grep -h "^startup" logs/*.txt | cut -f1 >> $R/progress; cp logs/*.txt $R/warm.log
+  python3 -c "import json; [print(json.loads(l)['compile_times']) for l in open('$R/counters_warm.jsonl')]" >> $R/progress
+  python3 -c "import pstats; s = pstats.Stats('$R/warm.prof'); s.sort_stats('cumulative').print_stats(70); s.sort_stats('tottime').print_stats(40)" > $R/profile.txt 2>&1
+  head -c 6000 $R/profile.txt >> $R/progress
 else
   for arm in main s23; do
     script=train_gpt.py; [ $arm = s23 ] && script=scratch/train_gpt_s23.py
