@@ -2,7 +2,7 @@
 Dynamo compiled (during which warm-up step, for how long, in which phase) with the sums per step, the kernels
 Inductor autotuned, and AOTAutograd's and Inductor's cache counters. One GPU.
 
-    python benchmarks/startup_profile.py [--cprofile] [any train_gpt flag]
+    python benchmarks/startup_profile.py [--sample] [any train_gpt flag]
 
 Run it twice with the same --compile_cache, an empty directory first (cold), then again (warm); short runs
 are enough: --scheduled_steps 30 --extension_steps 1 --val_loss_every 0. The log's start-up line splits each
@@ -10,13 +10,17 @@ run by phase. Give it the bytecode cache that train_gpt.py gives itself when run
 example PYTHONPYCACHEPREFIX=.bytecode, PYTHONDONTWRITEBYTECODE unset), or its imports compile torch's sources
 again. This script imports Inductor before main(), which moves seconds from the log's "model" phase into
 "imports": compare totals. Imported rather than run as a program, train_gpt keeps no bytecode of its own
-(see its first lines). --cprofile adds Python's profile of the whole run, by cumulative and own time.
+(see its first lines). Fill its cache with this script, not with train_gpt.py as a program: in session 27,
+train_gpt.py run as a program missed every graph of a cache that processes importing it had filled.
+--sample adds where the main thread's time went, by function, over the run and inside the warm-up
+(StackSampler): cProfile, which this offered before, made a 33 s warm start last over 160 s (session 27) and
+Inductor's cache miss (session 13).
 """
 import bisect
-import cProfile
-import io
-import pstats
+import collections
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -74,25 +78,68 @@ def print_frames(started):
     print("frames", sum(c for c, _ in by_step.values()), "seconds", round(sum(t for _, t in by_step.values()), 2))
 
 
+class StackSampler:
+    """The main thread's stack, sampled every `interval` seconds by a thread of its own: the seconds of samples
+    with each function on the stack (inclusive) and on its top (own), over the run and inside warm_up. A sample
+    costs one walk of the stack. It waits for Python's lock: time in a C call that holds it is counted where the
+    thread is once it lets go."""
+
+    def __init__(self, interval=0.005):
+        self.interval, self.main = interval, threading.main_thread().ident
+        self.seconds = {(phase, kind): collections.Counter() for phase in ("run", "warm_up")
+                        for kind in ("inclusive", "own")}
+        self.running = False
+
+    def start(self):
+        self.running = True
+        self.thread = threading.Thread(target=self.sample, name="stack sampler", daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.running = False
+        self.thread.join()
+
+    def sample(self):
+        last = time.perf_counter()
+        while self.running:
+            time.sleep(self.interval)
+            frame = sys._current_frames().get(self.main)
+            now = time.perf_counter()
+            weight, last = now - last, now
+            stack = []
+            while frame is not None:
+                code = frame.f_code
+                stack.append(f"{code.co_name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})")
+                frame = frame.f_back
+            if not stack:
+                continue
+            for phase in ("run", "warm_up")[: 1 + any(name.startswith("warm_up (") for name in stack)]:
+                self.seconds[phase, "own"][stack[0]] += weight
+                for name in set(stack):
+                    self.seconds[phase, "inclusive"][name] += weight
+
+    def print(self, top=40):
+        for (phase, kind), seconds in self.seconds.items():
+            for name, value in seconds.most_common(top):
+                print("sampled", phase, kind, round(value, 2), name)
+
+
 def main():
     flags = sys.argv[1:]
-    profiler = cProfile.Profile() if "--cprofile" in flags else None
-    flags = [flag for flag in flags if flag != "--cprofile"]
+    sampler = StackSampler() if "--sample" in flags else None
+    flags = [flag for flag in flags if flag != "--sample"]
     config = torch._inductor.config
     print("compile_threads", config.compile_threads, "worker_start", config.worker_start_method, flush=True)
     tuned, started = [], []
     record_autotuning(tuned)
     record_steps(started)
     torch._dynamo.utils.set_compilation_metrics_limit(100000)
-    if profiler:
-        profiler.enable()
+    if sampler:
+        sampler.start()
     status = train_gpt.main(flags)
-    if profiler:
-        profiler.disable()
-        for key in ("cumulative", "tottime"):
-            text = io.StringIO()
-            pstats.Stats(profiler, stream=text).sort_stats(key).print_stats(45)
-            print(text.getvalue()[-9000:])
+    if sampler:
+        sampler.stop()
+        sampler.print()
     print(compile_times(repr="str", aggregate=True))
     print_frames(started)
     print("autotuned", len(tuned), "seconds", round(sum(seconds for *_, seconds in tuned), 2))

@@ -4,6 +4,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -257,3 +258,26 @@ def test_startup_profile_counts_each_frame_under_the_step_queued_last_before_it(
     assert lines[0].startswith("frame  step") and [line.split()[1] for line in lines[1:5]] == ["-", "0", "0", "10"]
     assert "frames at step - 1 seconds 0.5" in lines and "frames at step 0 2 seconds 3.0" in lines
     assert "frames at step 10 1 seconds 0.25" in lines and lines[-1] == "frames 4 seconds 3.75"
+
+
+def test_startup_profile_samples_the_main_thread_inside_and_outside_the_warm_up():
+    """Time spent in a function inside warm_up counts under warm_up and the run, inclusive and as its own; time in
+    the same function outside it under the run only; each within the time it ran."""
+    def spin(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    def warm_up():
+        spin(0.4)
+    sampler = startup_profile.StackSampler(interval=0.002)
+    sampler.start()
+    warm_up()
+    spin(0.2)
+    sampler.stop()
+    spun = {key: sum(v for name, v in counter.items() if name.startswith("spin (test_benchmarks.py"))
+            for key, counter in sampler.seconds.items()}
+    assert 0.25 < spun["warm_up", "own"] <= 0.5 and spun["warm_up", "inclusive"] == spun["warm_up", "own"]
+    assert 0.45 < spun["run", "own"] <= 0.7
+    warm = [v for name, v in sampler.seconds["warm_up", "inclusive"].items() if name.startswith("warm_up (")]
+    assert warm and 0.25 < warm[0] <= 0.5

@@ -3,10 +3,11 @@
 # cache (torch._dynamo.config.caching_precompile, TORCH_CACHING_PRECOMPILE=1) skips its tracing on torch 2.11.
 # Issue 35's bars: on 2 GPUs under 60 s cold and under 20 s warm. Session 27's 2 x H100 host read 86-95 s cold and
 # 34.5-37.8 s warm; the warm start is the floor of both.
-#   PART=warm (one H100, nvidia-h100-x1, about 6 minutes): with sitecustomize.py on PYTHONPATH (compile counters
-#     and Dynamo's compile_times per process; the stack sampler in the training process):
-#       cold     an empty cache (counters of the training process and its helpers)
-#       sampled  warm, the stack sampler on (5 ms)
+#   PART=warm (one H100, nvidia-h100-x1, about 6 minutes): each start through benchmarks/startup_profile.py (Dynamo's
+#     compile phases, each frame it compiled and when, the caches' counters; --sample: where the main thread's time
+#     went, by function, inside the warm-up), and the helpers' counters from sitecustomize.py on PYTHONPATH:
+#       cold     an empty cache
+#       sampled  warm, with --sample (every 5 ms)
 #       plain    warm, no sampler
 #       pcold    TORCH_CACHING_PRECOMPILE=1, an empty cache of its own
 #       pwarm    TORCH_CACHING_PRECOMPILE=1, warm on pcold's cache
@@ -23,7 +24,7 @@
 #     s27-dynamo-cache:train_gpt.py) and scratch/branch/ (mkdir scratch/branch; git archive s27-dynamo-cache
 #     train_gpt.py tests data | tar x -C scratch/branch).
 #   PART=warm2 (2 x H100, nvidia-h100-x2, about 4 minutes): cold, sampled and plain as above on both GPUs (torchrun;
-#     the sampler runs on rank 0 only).
+#     rank 0's summary is kept).
 #   Every part first runs the validation mask's GPU test, edited in session 26 (a4eab68: the receiving thread hands
 #     apply a Future) and not run on a GPU since: pytest tests/test_gpu.py -k validation_mask. Its result goes in
 #     the note whatever it is; a failure is mended before anything else is merged.
@@ -59,20 +60,21 @@ python3 -c "import pathlib, benchmarks.proxy_record as p; p.decompress(pathlib.P
 FLAGS=(--train_files "data/proxy/proxy_train_*.bin" --val_files "data/proxy/proxy_val_*.bin" --repeat_train_files
   --val_tokens 1835008 --prefix_table data/gpt2_prefix_tokens.npy --merge_table data/gpt2_merges.npy
   --scheduled_steps 30 --extension_steps 1 --val_loss_every 0)
-start () {  # name, compile cache, GPUs; the environment says what to sample and count
-  echo "=== $1 $(date +%T)" >> $R/progress
+start () {  # name, script, compile cache, GPUs, then flags for the script; the helpers' counters go to COUNTERS_OUT
+  local name=$1 script=$2 cache=$3 gpus=$4
+  shift 4
+  echo "=== $name $(date +%T)" >> $R/progress
   rm -rf logs
-  export COUNTERS_OUT=$R/counters_$1.jsonl
-  if [ "$3" = 2 ]; then
-    timeout 300 torchrun --standalone --nproc_per_node 2 train_gpt.py --compile_cache $2 "${FLAGS[@]}" < /dev/null \
-      > $R/$1.out 2>&1
-  else
-    timeout 300 python3 train_gpt.py --compile_cache $2 "${FLAGS[@]}" < /dev/null > $R/$1.out 2>&1
-  fi
+  export COUNTERS_OUT=$R/counters_$name.jsonl
+  local launch=(python3)
+  [ $gpus = 2 ] && launch=(torchrun --standalone --nproc_per_node 2 --tee 3)  # --tee: each line names its rank
+  timeout 300 "${launch[@]}" $script "$@" --compile_cache $cache "${FLAGS[@]}" < /dev/null > $R/$name.out 2>&1
   grep -h "^startup\|^precompile .*: ended\|^warning\|^final" logs/*.txt | cut -f1 >> $R/progress
-  grep -h "^Traceback\|Error" $R/$1.out | tail -3 >> $R/progress
-  cp logs/*.txt $R/$1.log 2>/dev/null
-  python3 scratch/counters_table.py $COUNTERS_OUT >> $R/progress 2>&1
+  grep -h "Traceback\|Error\|Warning" $R/$name.out | sort | uniq -c | head -5 >> $R/progress
+  # startup_profile.py's summary (rank 0's under torchrun) and the helpers' counters
+  grep -h "frames [0-9]\|^.*counters \|sampled warm_up inclusive" $R/$name.out | grep -v "1\]:" | head -30 >> $R/progress
+  cp logs/*.txt $R/$name.log 2>/dev/null
+  [ -f $COUNTERS_OUT ] && python3 scratch/counters_table.py $COUNTERS_OUT >> $R/progress 2>&1
 }
 echo "=== the mask's GPU test $(date +%T)" >> $R/progress
 PYTHONPATH= timeout 120 python3 -m pytest -q tests/test_gpu.py -k validation_mask > $R/test_gpu.txt 2>&1
@@ -96,34 +98,25 @@ if [ $PART = dwarm ]; then
   cp train_gpt.py scratch/train_gpt_main.py
   (cd scratch/branch && PYTHONPATH= timeout 500 python3 -m pytest -q tests/test_gpu.py -k "dynamo or compiled_model or graphed" \
     > $R/branch_test_gpu.txt 2>&1; tail -2 $R/branch_test_gpu.txt >> $R/progress)
-  run_arm () {  # name, script, cache
-    echo "=== $1 $(date +%T)" >> $R/progress
-    rm -rf logs
-    timeout 300 python3 $2 --compile_cache $3 "${FLAGS[@]}" < /dev/null > $R/$1.out 2>&1
-    grep -h "^startup\|^final" logs/*.txt | cut -f1 >> $R/progress
-    grep -h "Traceback\|Warning\|warning" $R/$1.out | sort | uniq -c | head -5 >> $R/progress
-    cp logs/*.txt $R/$1.log 2>/dev/null
-  }
-  run_arm main_cold scratch/train_gpt_main.py /tmp/c_main
-  run_arm dcache_cold scratch/train_gpt_dcache.py /tmp/c_dcache
+  start main_cold scratch/train_gpt_main.py /tmp/c_main 1
+  start dcache_cold scratch/train_gpt_dcache.py /tmp/c_dcache 1
   for round in 1 2; do
-    run_arm main_warm$round scratch/train_gpt_main.py /tmp/c_main
-    run_arm dcache_warm$round scratch/train_gpt_dcache.py /tmp/c_dcache
+    start main_warm$round scratch/train_gpt_main.py /tmp/c_main 1
+    start dcache_warm$round scratch/train_gpt_dcache.py /tmp/c_dcache 1
   done
   echo "=== s28 done $(date +%T)" >> $R/progress
   exit
 fi
 GPUS=1; [ $PART = warm2 ] && GPUS=2
-start cold /tmp/c_main $GPUS
-SAMPLE_OUT=$R/samples_sampled.txt start sampled /tmp/c_main $GPUS
-grep -A25 "== warm_up, inclusive" $R/samples_sampled.txt >> $R/progress
-start plain /tmp/c_main $GPUS
-python3 -c "import json; [print(json.loads(l)['process'], json.loads(l)['compile_times']) for l in open('$R/counters_plain.jsonl')]" \
-  >> $R/progress
+PROFILE=benchmarks/startup_profile.py  # every start through it: see its docstring on caches and bytecode
+export PYTHONPYCACHEPREFIX=/tmp/gt/.bytecode
+start cold $PROFILE /tmp/c_main $GPUS
+start sampled $PROFILE /tmp/c_main $GPUS --sample
+start plain $PROFILE /tmp/c_main $GPUS
 if [ $PART = warm ]; then
   export TORCH_CACHING_PRECOMPILE=1
-  start pcold /tmp/c_precompile 1
-  start pwarm /tmp/c_precompile 1
+  start pcold $PROFILE /tmp/c_precompile 1
+  start pwarm $PROFILE /tmp/c_precompile 1
   unset TORCH_CACHING_PRECOMPILE
 fi
 echo "=== s28 done $(date +%T)" >> $R/progress
