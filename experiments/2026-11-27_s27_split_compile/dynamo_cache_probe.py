@@ -3,13 +3,13 @@ the tracing of train_gpt.py's regions? Dynamo traces every region again at every
 cold start's training process on an H100 host; 66 graphs). With caching_precompile, save_cache_artifacts also
 saves the traced bytecode and guards, and a later process's torch.compile loads them.
 
-    python dynamo_cache_probe.py save CACHE [--plain] [train_gpt flags]    # compile, then save CACHE/artifacts.bin
+    python dynamo_cache_probe.py save CACHE [--plain] [train_gpt flags]    # compile, then save_compile_cache
     python dynamo_cache_probe.py load CACHE [--plain] [train_gpt flags]    # load it, then the same passes
 
 Both run the same passes: a forward pass at each training stage's first step (grad mode) and at the validation
 shape (no grad), then a forward and backward pass at each stage's. --plain: without caching_precompile (the
-baseline: what a warm start does today). It prints the seconds to wrap the regions, of those passes, Dynamo's
-counters and compile times, and the losses. On the CPU (no GPU) the model is compiled by Inductor's CPU backend.
+baseline: what a warm start does today). It prints the seconds to build the model and wrap its regions, and of
+those passes, Dynamo's counters and compile times, and the losses. On the CPU (no GPU) the model is compiled by Inductor's CPU backend.
 
 What train_gpt.py would need, found on this project's CPU (torch 2.13), and patched in here:
 - its custom ops called as torch.ops.train_gpt.NAME: a CustomOpDef in a traced frame's globals cannot be pickled
@@ -20,7 +20,6 @@ What train_gpt.py would need, found on this project's CPU (torch 2.13), and patc
   to load ("assigned grad expected to be a Tensor or None but got grad of type _Missing"). Hence the forward
   passes first, with the gradients set aside (here none exist yet; in train_gpt.py, Adam's always do).
 """
-import os
 import sys
 import time
 import types
@@ -35,9 +34,6 @@ PARTS = ("before_attention", "after_attention", "mix_and_mlp")
 def main(action, cache, flags):
     plain = "--plain" in flags
     flags = [flag for flag in flags if flag != "--plain"]
-    cache = Path(cache).resolve()
-    for name, folder in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
-        os.environ[name] = str(cache / folder)  # before Inductor's import sets its default
     sys.path.insert(0, str(ROOT))
     import torch
     import torch._dynamo.utils as dynamo_utils
@@ -55,22 +51,15 @@ def main(action, cache, flags):
             setattr(block, part, types.MethodType(compiled[part], block))
     tg.Block.compile = compile_block
 
-    artifacts = cache / "artifacts.bin"
-    if action == "load":
-        assert torch.compiler.load_cache_artifacts(artifacts.read_bytes()) is not None, artifacts
+    found = tg.load_compile_cache(cache, 0, print)  # as train_gpt.py does: the caches' folders, the artifacts
+    assert found == (action == "load"), (action, cache)
     args = tg.parse_args(flags)
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    torch.manual_seed(args.seed)
-    with device:
-        model = tg.GPT(args, fp8=cuda and torch.cuda.get_device_capability(device) >= (9, 0))
-    if cuda:
-        for embedding in (model.embed, *model.value_embeds, model.ngram):
-            embedding.bfloat16()
     clock = time.perf_counter()
-    tg.compile_regions(model)
+    model = tg.build_model(args, device, 1)  # on a GPU with its regions wrapped for compilation
+    if not cuda:
+        tg.compile_regions(model)
     wrapped = time.perf_counter() - clock
 
     shapes = [tg.train_shape(args, 1, stage) for stage in tg.TRAINING_STAGES]
@@ -106,12 +95,12 @@ def main(action, cache, flags):
                 for key, value in values.items() if group in ("dynamo_cache", "stats")}
     times = [line for line in dynamo_utils.compile_times(repr="str", aggregate=True).splitlines()
              if any(word in line for word in ("bytecode_tracing", "build_guards", "compile_inner"))]
-    print(f"{action}{' plain' if plain else ''}: wrap {wrapped:.2f} s, forward passes {traced:.2f} s, forward and "
+    print(f"{action}{' plain' if plain else ''}: model and wrap {wrapped:.2f} s, forward passes {traced:.2f} s, forward and "
           f"backward passes {passes:.2f} s, in all {wrapped + traced + passes:.2f} s; {counters}; "
           f"{'; '.join(' '.join(line.split()) for line in times)}; losses "
           f"{[round(loss.item(), 4) for loss in losses]}", flush=True)
     if action == "save":
-        artifacts.write_bytes(torch.compiler.save_cache_artifacts()[0])
+        tg.save_compile_cache(cache, 0)
 
 
 if __name__ == "__main__":
