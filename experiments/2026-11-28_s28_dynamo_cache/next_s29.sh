@@ -8,16 +8,17 @@
 #   and ../2026-11-27_h100x2_stack_ab_records/collect.sh into scratch/, ../2026-11-27_s27_split_compile/
 #   sitecustomize.py into scratch/counters/; git show main:train_gpt.py > scratch/train_gpt_main.py. Corpus: .proxyB/
 #   alone (start-up only; --repeat_train_files); carry [".proxyB", "scratch"].
-# Launch: mkdir -p .proxy; cp .proxyB/* .proxy/; cp scratch/next_s29.sh /tmp/s29.sh;
-#   PART=ab setsid nohup bash /tmp/s29.sh > /tmp/s29.log 2>&1 < /dev/null &
-#   sleep 2; bash scratch/collect.sh 560 "s29 done" /tmp/s29.log      (then collect again at once: the machine idles
-#   back 30 s after a call)
-# PART=ab (nvidia-h100-x1, about 13 minutes with the machine's start):
+# Launch, on nvidia-h100-x2 (one machine for both parts: a fresh machine held about 240 s before its first command
+#   began in session 28): mkdir -p .proxy; cp .proxyB/* .proxy/; cp scratch/next_s29.sh /tmp/s29.sh;
+#   setsid nohup bash /tmp/s29.sh > /tmp/s29.log 2>&1 < /dev/null &
+#   sleep 2; bash scratch/collect.sh 560 "s29 done" /tmp/s29.log      (then collect again at once, as often as it
+#   takes: the machine idles back 30 s after a call). About 16 minutes of runs in all.
+# PART=ab (GPU 0 alone, CUDA_VISIBLE_DEVICES=0):
 #   1. the branch's GPU tests of compilation (timeout 480 s): the warm-start test (two smoke runs on one cache,
-#      now with --warmup_steps 1), the compiled model against eager, the graphed micro-steps; then the whole
-#      tests/test_gpu.py if time is left in the call (its result goes in the note whatever it is).
+#      now with --warmup_steps 1), the compiled model against eager, the graphed micro-steps; after the A/B the
+#      whole tests/test_gpu.py (timeout 500 s; its result goes in the note whatever it is).
 #   2. main cold, branch cold, then main warm, branch warm, twice (as session 28's s28b.sh).
-# PART=x2 (nvidia-h100-x2, about 9 minutes): torchrun on both GPUs, the branch: cold, warm, warm; then main warm
+# PART=x2 (both GPUs, after PART=ab in the same job): torchrun on both GPUs, the branch: cold, warm, warm; then main warm
 #   once on its own cache after main cold (for the ratio). Issue 35's bars: under 60 s cold and under 20 s warm.
 # Rules, fixed before the runs:
 #  - merge (PART=ab): the three GPU tests pass; both branch warm starts at least 5 s shorter than main's; its cold
@@ -27,7 +28,7 @@
 #    0.0022 and 0.0063 at 31 steps, so a 0.002 bar on single pairs was below run-to-run noise and failed on it).
 #  - PART=x2 decides nothing; it measures the bars. If its warm start traces graphs (the log's "compile:" line)
 #    or warns, the note says so and the branch's 2-GPU path is mended before any record.
-PART=${PART:-ab}
+PART=${PART:-all}
 R=/tmp/res; rm -rf $R /tmp/gt /tmp/c_*; mkdir -p $R; cp -r . /tmp/gt; cd /tmp/gt
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader >> $R/progress
@@ -48,7 +49,8 @@ start () {  # name, script, compile cache, GPUs; the helpers' counters go to COU
   grep -h "Traceback\|Error\|Warning\|^W[0-9]\|\]:W[0-9]" $R/$1.out | sort | uniq -c | head -5 >> $R/progress
   cp logs/*.txt $R/$1.log 2>/dev/null
 }
-if [ $PART = ab ]; then
+if [ $PART != x2 ]; then
+  export CUDA_VISIBLE_DEVICES=0
   echo "=== the branch's GPU tests $(date +%T)" >> $R/progress
   timeout 480 python3 -m pytest -q tests/test_gpu.py -k "dynamos_cache or compiled_model or graphed" \
     > $R/test_gpu.txt 2>&1
@@ -62,12 +64,13 @@ if [ $PART = ab ]; then
   echo "=== s29 ab done $(date +%T); the whole GPU suite next" >> $R/progress
   timeout 500 python3 -m pytest -q tests/test_gpu.py > $R/test_gpu_all.txt 2>&1
   tail -3 $R/test_gpu_all.txt >> $R/progress
+  unset CUDA_VISIBLE_DEVICES
 fi
-if [ $PART = x2 ]; then
-  start dcache_cold2 scratch/train_gpt_dcache.py /tmp/c_dcache 2
-  start dcache_warm2a scratch/train_gpt_dcache.py /tmp/c_dcache 2
-  start dcache_warm2b scratch/train_gpt_dcache.py /tmp/c_dcache 2
-  start main_cold2 scratch/train_gpt_main.py /tmp/c_main 2
-  start main_warm2 scratch/train_gpt_main.py /tmp/c_main 2
+if [ $PART != ab ]; then
+  start dcache_cold2 scratch/train_gpt_dcache.py /tmp/c_dcache2 2  # caches of their own: GPU 0's part of
+  start dcache_warm2a scratch/train_gpt_dcache.py /tmp/c_dcache2 2  # PART=ab's would make rank 0 warm
+  start dcache_warm2b scratch/train_gpt_dcache.py /tmp/c_dcache2 2
+  start main_cold2 scratch/train_gpt_main.py /tmp/c_main2 2
+  start main_warm2 scratch/train_gpt_main.py /tmp/c_main2 2
 fi
 echo "=== s29 done $(date +%T)" >> $R/progress
