@@ -20,6 +20,13 @@
 #   2. main cold, branch cold, then main warm, branch warm, twice (as session 28's s28b.sh).
 # PART=x2 (both GPUs, after PART=ab in the same job): torchrun on both GPUs, the branch: cold, warm, warm; then main warm
 #   once on its own cache after main cold (for the ratio). Issue 35's bars: under 60 s cold and under 20 s warm.
+# PART=extra (GPU 0 alone, last, with what time is left; measures only): where the branch's warm start goes. Its
+#   model phase took 8.0-8.9 s in session 28 (torch.compile loads the packages: 2,503 Triton kernels loaded, 1,656
+#   more found in memory; Inductor hands each one to its worker processes when it has them). (1) a warm start of
+#   the branch on PART=ab's cache with TORCHINDUCTOR_COMPILE_THREADS=1 (the kernels loaded in the process itself);
+#   (2) benchmarks/startup_profile.py on the same cache: cold (an importer has its own part of a compile cache),
+#   then warm with --sample (by function, inside the warm-up and over the run; the model phase is outside the
+#   warm-up, so read the run's table).
 # Rules, fixed before the runs:
 #  - merge (PART=ab): the three GPU tests pass; both branch warm starts at least 5 s shorter than main's; its cold
 #    start at most 5 s longer (main's first start on a fresh machine carries about 8-11 s of torch's bytecode
@@ -72,5 +79,16 @@ if [ $PART != ab ]; then
   start dcache_warm2b scratch/train_gpt_dcache.py /tmp/c_dcache2 2
   start main_cold2 scratch/train_gpt_main.py /tmp/c_main2 2
   start main_warm2 scratch/train_gpt_main.py /tmp/c_main2 2
+fi
+if [ $PART = all ] || [ $PART = extra ]; then
+  export CUDA_VISIBLE_DEVICES=0
+  TORCHINDUCTOR_COMPILE_THREADS=1 start dcache_warm_threads1 scratch/train_gpt_dcache.py /tmp/c_dcache 1
+  PYTHONPYCACHEPREFIX=/tmp/gt/.bytecode start profile_cold benchmarks/startup_profile.py /tmp/c_dcache 1
+  echo "=== profile_warm_sampled $(date +%T)" >> $R/progress
+  rm -rf logs
+  PYTHONPYCACHEPREFIX=/tmp/gt/.bytecode timeout 300 python3 benchmarks/startup_profile.py --sample \
+    --compile_cache /tmp/c_dcache "${FLAGS[@]}" < /dev/null > $R/profile_warm_sampled.out 2>&1
+  grep -h "^startup\|^compile" logs/*.txt | cut -f1 >> $R/progress
+  grep "^sampled\|^compile_threads" $R/profile_warm_sampled.out | head -60 >> $R/progress
 fi
 echo "=== s29 done $(date +%T)" >> $R/progress
