@@ -15,8 +15,9 @@
 #   takes: the machine idles back 30 s after a call). About 16 minutes of runs in all.
 # PART=ab (GPU 0 alone, CUDA_VISIBLE_DEVICES=0):
 #   1. the branch's GPU tests of compilation (timeout 480 s): the warm-start test (two smoke runs on one cache,
-#      now with --warmup_steps 1), the compiled model against eager, the graphed micro-steps; after the A/B the
-#      whole tests/test_gpu.py (timeout 500 s; its result goes in the note whatever it is).
+#      now with --warmup_steps 1), the compiled model against eager, the graphed micro-steps; last in the job
+#      (after PART=x2 and PART=extra) the whole tests/test_gpu.py (timeout 500 s; its result goes in the note
+#      whatever it is).
 #   2. main cold, branch cold, then main warm, branch warm, twice (as session 28's s28b.sh).
 # PART=x2 (both GPUs, after PART=ab in the same job): torchrun on both GPUs, the branch: cold, warm, warm; then main warm
 #   once on its own cache after main cold (for the ratio). Issue 35's bars: under 60 s cold and under 20 s warm.
@@ -56,7 +57,8 @@ start () {  # name, script, compile cache, GPUs; the helpers' counters go to COU
   grep -h "Traceback\|Error\|Warning\|^W[0-9]\|\]:W[0-9]" $R/$1.out | sort | uniq -c | head -5 >> $R/progress
   cp logs/*.txt $R/$1.log 2>/dev/null
 }
-if [ $PART != x2 ]; then
+wants () { [ $PART = all ] || [ $PART = $1 ]; }  # PART=all: ab, x2, extra, then the whole GPU suite
+if wants ab; then
   export CUDA_VISIBLE_DEVICES=0
   echo "=== the branch's GPU tests $(date +%T)" >> $R/progress
   timeout 480 python3 -m pytest -q tests/test_gpu.py -k "dynamos_cache or compiled_model or graphed" \
@@ -68,19 +70,16 @@ if [ $PART != x2 ]; then
     start main_warm$round scratch/train_gpt_main.py /tmp/c_main 1
     start dcache_warm$round scratch/train_gpt_dcache.py /tmp/c_dcache 1
   done
-  echo "=== s29 ab done $(date +%T); the whole GPU suite next" >> $R/progress
-  timeout 500 python3 -m pytest -q tests/test_gpu.py > $R/test_gpu_all.txt 2>&1
-  tail -3 $R/test_gpu_all.txt >> $R/progress
   unset CUDA_VISIBLE_DEVICES
 fi
-if [ $PART != ab ]; then
+if wants x2; then
   start dcache_cold2 scratch/train_gpt_dcache.py /tmp/c_dcache2 2  # caches of their own: GPU 0's part of
   start dcache_warm2a scratch/train_gpt_dcache.py /tmp/c_dcache2 2  # PART=ab's would make rank 0 warm
   start dcache_warm2b scratch/train_gpt_dcache.py /tmp/c_dcache2 2
   start main_cold2 scratch/train_gpt_main.py /tmp/c_main2 2
   start main_warm2 scratch/train_gpt_main.py /tmp/c_main2 2
 fi
-if [ $PART = all ] || [ $PART = extra ]; then
+if wants extra; then
   export CUDA_VISIBLE_DEVICES=0
   TORCHINDUCTOR_COMPILE_THREADS=1 start dcache_warm_threads1 scratch/train_gpt_dcache.py /tmp/c_dcache 1
   PYTHONPYCACHEPREFIX=/tmp/gt/.bytecode start profile_cold benchmarks/startup_profile.py /tmp/c_dcache 1
@@ -90,5 +89,11 @@ if [ $PART = all ] || [ $PART = extra ]; then
     --compile_cache /tmp/c_dcache "${FLAGS[@]}" < /dev/null > $R/profile_warm_sampled.out 2>&1
   grep -h "^startup\|^compile" logs/*.txt | cut -f1 >> $R/progress
   grep "^sampled\|^compile_threads" $R/profile_warm_sampled.out | head -60 >> $R/progress
+  unset CUDA_VISIBLE_DEVICES
+fi
+if wants ab; then
+  echo "=== the whole GPU suite $(date +%T)" >> $R/progress
+  timeout 500 python3 -m pytest -q tests/test_gpu.py > $R/test_gpu_all.txt 2>&1  # both GPUs: the NCCL tests too
+  tail -3 $R/test_gpu_all.txt >> $R/progress
 fi
 echo "=== s29 done $(date +%T)" >> $R/progress
