@@ -12,7 +12,8 @@
 #   began in session 28): mkdir -p .proxy; cp .proxyB/* .proxy/; cp scratch/next_s29.sh /tmp/s29.sh;
 #   setsid nohup bash /tmp/s29.sh > /tmp/s29.log 2>&1 < /dev/null &
 #   sleep 2; bash scratch/collect.sh 560 "s29 done" /tmp/s29.log      (then collect again at once, as often as it
-#   takes: the machine idles back 30 s after a call). About 16 minutes of runs in all.
+#   takes: the machine idles back 30 s after a call). About 19 minutes of runs before the whole GPU suite, which
+#   comes last and may not fit in the device time left; say so if it does not.
 # PART=ab (GPU 0 alone, CUDA_VISIBLE_DEVICES=0):
 #   1. the branch's GPU tests of compilation (timeout 480 s): the warm-start test (two smoke runs on one cache,
 #      now with --warmup_steps 1), the compiled model against eager, the graphed micro-steps; last in the job
