@@ -1,6 +1,6 @@
 #!/bin/bash
 # Next session (29), written in session 28 and NOT RUN: Dynamo's cache (dynamo_cache.patch: branch s28-dynamo-cache
-# at e34efde) proven on one H100, then measured on 2. Session 28's A/B ran it at 62d68a5; what came after (a cache
+# at 1572ba3) proven on one H100, then measured on 2. Session 28's A/B ran it at 62d68a5; what came after (a cache
 # part per GPU and apart for importers, cache_name; a load failure's error; one trace per variant) never ran on
 # a GPU: PART=ab is its first run, and PART=x2 the first with two ranks on one compile cache.
 # Before: git checkout -b s29-dynamo-cache main; git apply experiments/2026-11-28_s28_dynamo_cache/dynamo_cache.patch;
