@@ -13,8 +13,8 @@ from pathlib import Path
 
 PROCESS_START = time.perf_counter()  # for the start-up time split in the log
 # Importing Inductor sets TORCHINDUCTOR_CACHE_DIR to its default (/tmp/torchinductor_<user>): what the environment
-# held before is the user's own choice, which load_compile_cache keeps; else it points the caches into the
-# --compile_cache directory
+# held before is the user's own choice, which load_compile_cache keeps (Inductor's with a folder per GPU inside);
+# else it points the caches into the --compile_cache directory
 GIVEN_CACHE_DIRS = {name: os.environ.get(name) for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
 
 if __name__ == "__main__" and sys.dont_write_bytecode and sys.pycache_prefix is None:
@@ -37,17 +37,21 @@ import gc
 import glob
 import hashlib
 import json
+import logging
 import math
 import multiprocessing
 import platform
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
 import threading
+import types
 import typing
 import unicodedata
 import uuid
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from fractions import Fraction
@@ -241,6 +245,26 @@ def check_hyperparameters(args):
 # sliding windows over packed documents, soft-capped logits)
 
 
+@functools.cache
+def compiled(function, dynamic, fullgraph, /):
+    """torch.compile(function), made once in a process for every caller (every block, every optimizer made):
+    with Dynamo's cache on (compile_regions), each torch.compile of a function loads the frames saved for it,
+    and a second load into the same globals failed ("Name '__builtins_dict___6' already exists in scope").
+    PyTorch recovers from some saved frames that cannot be loaded (a changed source: its own warning, then a
+    fresh trace), but not from others (frames traced while parameters had gradients raised a TypeError here),
+    and a second torch.compile after such a failure fails on what the first left in the module: Dynamo's cache
+    is deleted, so that the next start traces afresh (Inductor's cache is kept), and this one ends."""
+    try:
+        return torch.compile(function, dynamic=dynamic, fullgraph=fullgraph)
+    except Exception as error:
+        if not torch._dynamo.config.caching_precompile:
+            raise
+        from torch._dynamo.package import DynamoCache
+        shutil.rmtree(DynamoCache.path_prefix(), ignore_errors=True)
+        raise UserError(f"Dynamo's cache in {DynamoCache.path_prefix()} held frames of {function.__qualname__} that "
+                        f"could not be loaded ({error!r}); it is deleted: start again") from error
+
+
 def rms_norm(x):
     return F.rms_norm(x, (x.size(-1),))
 
@@ -407,7 +431,7 @@ class Block(nn.Module):
         structure. Static shapes: given a second shape, dynamo would otherwise switch to one graph with a
         symbolic token count, whose kernels cannot be specialised to any stage's shape."""
         for part in ("before_attention", "after_attention", "mix_and_mlp"):
-            setattr(self, part, torch.compile(getattr(self, part), dynamic=False))
+            setattr(self, part, types.MethodType(compiled(getattr(Block, part), False, False), self))
 
 
 def load_prefix_table(path, vocab_size):
@@ -650,14 +674,9 @@ def exchange_row_counts(owners, group):
 
 
 def sum_of(tensors):
-    """The sum of same-shaped tensors."""
+    """The sum of same-shaped tensors; compiled on a GPU (FanOut), one kernel that reads each tensor once and
+    writes the sum once."""
     return functools.reduce(torch.add, tensors)
-
-
-@functools.cache
-def compiled_sum_of():
-    """sum_of compiled (on a GPU): one kernel that reads each tensor once and writes the sum once."""
-    return torch.compile(sum_of, dynamic=False, fullgraph=True)
 
 
 class FanOut(torch.autograd.Function):
@@ -672,7 +691,7 @@ class FanOut(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        return (compiled_sum_of() if grads[0].is_cuda else sum_of)(grads), None
+        return (compiled(sum_of, False, True) if grads[0].is_cuda else sum_of)(grads), None
 
 
 class GPT(nn.Module):
@@ -816,7 +835,7 @@ def on_gpu_compiled(function, cuda, dynamic=True):
     """An optimizer's arithmetic as its step calls it: compiled on a GPU, whole (fullgraph), so that its
     elementwise work runs as few passes over memory, at dynamic shapes (a graph serves every size a run gives
     it) unless dynamic=False (a graph for each shape); run as written on the CPU."""
-    return torch.compile(function, dynamic=dynamic, fullgraph=True) if cuda else function
+    return compiled(function, dynamic, True) if cuda else function
 
 
 def padded(t, size):
@@ -2329,18 +2348,20 @@ def write_log_header(log, run_id, args, world_size, device):
 
 def load_compile_cache(directory, gpu, log):
     """Point Inductor's and Triton's on-disk caches into `directory` (unless the environment named others before
-    Inductor's import set its default: GIVEN_CACHE_DIRS), so that a new directory is a cold start, and load
-    PyTorch's portable cache artifacts of GPU `gpu` (its index on this node) from it, so that a later run, here
-    or on a fresh machine given the same directory, skips most of the compilation. The caches are keyed by
-    content hashes: a stale entry is not used. The compiled graphs name their GPU, so each GPU has its
-    artifacts: rank 1 found none for cuda:1 among rank 0's and compiled everything (an 87 s start on 2 GPUs).
+    Inductor's import set its default: GIVEN_CACHE_DIRS), Inductor's in a folder of its own (cache_name), so
+    that a new directory is a cold start, and load PyTorch's portable cache artifacts of GPU `gpu` (its index on
+    this node) from it, so that a later run, here or on a fresh machine given the same directory, skips most of
+    the compilation. The caches are keyed by content hashes: a stale entry is not used. The compiled graphs name
+    their GPU, so each GPU has its artifacts: rank 1 found none for cuda:1 among rank 0's and compiled
+    everything (an 87 s start on 2 GPUs).
     Artifacts that Inductor's cache already holds (it records their hash) are not loaded again: that took about
     5 s of every warm start, and cache hits are recorded for the next save as misses are. Returns whether the
     directory held this GPU's artifacts: False is a cold start."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    for name, folder in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
-        os.environ[name] = GIVEN_CACHE_DIRS[name] or str(path.resolve() / folder)
+    inductor = Path(GIVEN_CACHE_DIRS["TORCHINDUCTOR_CACHE_DIR"] or path.resolve() / "inductor") / cache_name(gpu)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
+    os.environ["TRITON_CACHE_DIR"] = GIVEN_CACHE_DIRS["TRITON_CACHE_DIR"] or str(path.resolve() / "triton")
     artifacts = artifacts_file(directory, gpu)
     if not artifacts.exists():
         return False
@@ -2371,7 +2392,7 @@ def save_compile_cache(directory, gpu):
 
 def artifacts_file(directory, gpu):
     """GPU `gpu`'s portable cache artifacts in the compile cache `directory`."""
-    return Path(directory) / f"artifacts.gpu{gpu}.bin"
+    return Path(directory) / f"artifacts.{cache_name(gpu)}.bin"
 
 
 def artifacts_in_cache(gpu):
@@ -2379,7 +2400,17 @@ def artifacts_in_cache(gpu):
     that cache, so that a cache wiped forgets it."""
     cache = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
     cache.mkdir(parents=True, exist_ok=True)
-    return cache / f"train_gpt_artifacts.gpu{gpu}.sha256"
+    return cache / f"train_gpt_artifacts.{cache_name(gpu)}.sha256"
+
+
+def cache_name(gpu):
+    """The name of GPU `gpu`'s part of a compile cache: its artifacts and its folder of Inductor's cache, which
+    holds Dynamo's (compile_regions). Dynamo's keeps one entry per compiled function, whatever the GPU, so the
+    ranks would write over each other's; and it names each function's module, so a process that imports this
+    file (tests, benchmarks) keeps its part apart from the program's: a program that loaded an importer's
+    entries failed at their first call, an importer the program's at torch.compile. (The other caches never
+    shared an entry between the two either, session 27.)"""
+    return f"gpu{gpu}" if __name__ == "__main__" else f"gpu{gpu}.{__name__}"
 
 
 def compile_regions(model):
@@ -2398,9 +2429,27 @@ def compile_regions(model):
     # aot_trace_joint_graph on an H100's host, and their partitioning). The Function's forward and
     # backward are traced into the graph, so into the cache key: a changed backward misses.
     torch._functorch.config.autograd_cache_allow_custom_autograd_functions = True
+    # Dynamo's own cache: save_compile_cache saves each compiled function's traced frames and guards too, and a
+    # warm start loads them at torch.compile instead of tracing its 66 graphs again: 25.0 and 24.1 s against
+    # 37.8 and 41.5 s on an H100 (proxy flags, session 28). A frame traced while parameters had gradients saved,
+    # but failed to load: warm_up traces with the gradients set aside (gradients_set_aside). A loaded frame is
+    # checked against the source lines it traced, not against the settings here or compiled's flags: after a
+    # change to those, empty the compile cache.
+    torch._dynamo.config.caching_precompile = True
+    # and the lines it prints at every trace: a warning for each guard on an object's identity that it leaves out
+    # of a saved frame (a new process has new objects; a changed source is caught by its checksums), hundreds a
+    # start, and PyTorch's warning that its guards read a view's .grad
+    logging.getLogger("torch._dynamo.guards").addFilter(not_a_dropped_guard)
+    warnings.filterwarnings("ignore", "The .grad attribute of a Tensor that is not a leaf", UserWarning,
+                            r"torch\._dynamo")
     for block in model.blocks:
         block.compile()
-    model.head.compile(dynamic=False)
+    model.head.forward = types.MethodType(compiled(Head.forward, False, False), model.head)
+
+
+def not_a_dropped_guard(record):
+    """A logging filter (compile_regions): False for Dynamo's warning that caching_precompile drops a guard."""
+    return "dropped with caching_precompile" not in str(record.msg)
 
 
 def build_model(args, device, world_size):
@@ -2428,6 +2477,21 @@ def forward_backward(model, micro, state):
     if model.grad_events is not None:
         model.grad_events.end_pass()
     return loss.detach()
+
+
+@contextlib.contextmanager
+def gradients_set_aside(model):
+    """The model's parameters without gradients inside, with theirs again after. Dynamo's cache (compile_regions)
+    saved a frame traced while parameters had gradients, but failed to load it ("assigned grad expected to be a
+    Tensor or None but got grad of type _Missing"): warm_up traces every region inside this."""
+    grads = [(p, p.grad) for p in model.parameters()]
+    for p, _ in grads:
+        p.grad = None
+    try:
+        yield
+    finally:
+        for p, grad in grads:
+            p.grad = grad
 
 
 GRAPH_TOKENS_PER_SEQ = 256  # the CUDA graphs' room for sequences: one per this many tokens
@@ -2761,14 +2825,32 @@ class Run:
     model: "GPT"
     merges: Optional[np.ndarray]  # the validation mask's source (ValidationMask), or None
     optimizers: Optional[Optimizers] = None  # warm_up's
+    traced: set = dataclasses.field(default_factory=set)  # the variants that train_step(trace=True) has traced
 
     @property
     def cuda(self):
         return self.device.type == "cuda"
 
-    def train_step(self, step):
-        """Queue training step `step` on its batch; returns its loss (a device scalar)."""
+    def train_step(self, step, trace=False):
+        """Queue training step `step` on its batch; returns its loss (a device scalar). trace (warm_up): first a
+        forward pass, with the gradients set aside, of each micro-batch at a variant of the compiled graphs that
+        no earlier one had (its size, its sampled rows, or none where its targets outnumber them, and the step's
+        StepState.graph_key), so that Dynamo traces the regions there before a backward pass gives any
+        parameter a gradient (gradients_set_aside)."""
         batch = self.train_loader.send(self.shapes[stage_index(step, self.args)])
+        if trace:
+            state = step_state(step, self.args)
+            self.model.prepare(state)
+            # a variant may be new on one rank alone (whether its targets outnumber its sampled rows), and its
+            # trace may fetch the step's n-gram rows: every rank fetches them once a step, at its first forward
+            # pass or ahead (NgramTable), traced or not, so the exchanges still pair up
+            for micro in batch:
+                variant = (micro.inputs.numel(), None if micro.candidates is None else micro.candidates.numel(),
+                           state.graph_key())
+                if variant not in self.traced:
+                    self.traced.add(variant)
+                    with gradients_set_aside(self.model):
+                        self.model(micro, state)
         upcoming = None
         if step + 1 < total_steps(self.args):
             upcoming = self.train_loader.upcoming(self.shapes[stage_index(step + 1, self.args)])
@@ -2838,14 +2920,15 @@ def warm_up(run, precompiler, startup):
         if precompiler is not None:
             precompiler.wait(i)
         for step in steps:
-            run.train_step(step).item()
+            run.train_step(step, trace=True).item()
         startup[f"warm-up stage {i}"] = time.perf_counter() - clock
     if not args.warmup_steps:
         return
     clock = time.perf_counter()
     if precompiler is not None:
         precompiler.wait(None)
-    run.evaluate(0, num_batches=min(1, run.val_source.batches_for_rank(0)))  # compiles the validation shape
+    with gradients_set_aside(model):  # compiles the validation shape
+        run.evaluate(0, num_batches=min(1, run.val_source.batches_for_rank(0)))
     startup["validation warm-up"] = time.perf_counter() - clock
     if run.cuda and args.compile_cache:
         save_compile_cache(args.compile_cache, run.device.index)
@@ -2965,6 +3048,10 @@ def train(args, rank, world_size, device, log, startup):
     warm_up(run, precompiler, startup)
     startup["total"] = time.perf_counter() - PROCESS_START
     log("startup: " + ", ".join(f"{k} {v:.1f}s" for k, v in startup.items()))
+    if run.cuda:  # a warm start traces none (compile_regions)
+        counters = torch._dynamo.utils.counters
+        log(f"compile: {counters['stats']['unique_graphs']} graphs traced, "
+            f"{counters['dynamo_cache']['dynamo_cache_hit']} compiled functions found in Dynamo's cache")
     train_loop(run, log)
 
 
@@ -3001,7 +3088,9 @@ def main(argv):
 
 
 # ----------------------------------------------------------------------------------------------------
-# Kernels: attention over packed documents, the head's loss and its FP8 matmuls, orthogonalisation for NorMuon
+# Kernels: attention over packed documents, the head's loss and its FP8 matmuls, orthogonalisation for NorMuon.
+# The custom ops are called as torch.ops.train_gpt.NAME: Dynamo's cache (compile_regions) pickles the globals of
+# a traced frame, and the Python object that torch.library.custom_op makes cannot be pickled.
 
 def attention(q, k, v, seqs, window, scale):
     """Causal attention inside each sequence of a packed batch, each query seeing its last `window` keys.
@@ -3240,7 +3329,7 @@ class HeadLoss(torch.autograd.Function):
         w8 = to_fp8(w, HEAD_W_SCALE)
         logits = torch._scaled_mm(x8, w8.T, scale_a=scalar(ctx.x_scale, x), scale_b=scalar(HEAD_W_SCALE, x),
                                   out_dtype=torch.bfloat16)
-        loss, grad, grad_t = softcapped_cross_entropy_fp8(logits, targets, weights)
+        loss, grad, grad_t = torch.ops.train_gpt.softcapped_cross_entropy_fp8(logits, targets, weights)
         ctx.save_for_backward(x8, w8, grad, grad_t)
         return loss
 
@@ -3493,12 +3582,12 @@ class ReluSquareMLP(torch.autograd.Function):
     def forward(ctx, x, fc, proj, fp8):
         ctx.fp8 = fp8
         if not fp8:
-            post = relu_square_linear(x, fc)
+            post = torch.ops.train_gpt.relu_square_linear(x, fc)
             ctx.save_for_backward(x, fc, proj, post)
             return F.linear(post, proj)
         (x8, ctx.x_scale), (fc8, fc_scale) = normed_e4m3(x), to_fp8_at_amax(fc)
         post_scale = fp8_scale(fc.detach().float().square().sum(1).amax() * x.size(-1))
-        post8, post8_t = relu_square_linear_fp8(x8, fc8, ctx.x_scale * fc_scale, post_scale)
+        post8, post8_t = torch.ops.train_gpt.relu_square_linear_fp8(x8, fc8, ctx.x_scale * fc_scale, post_scale)
         proj8, proj_scale = to_fp8_at_amax(proj)
         # _scaled_mm wants its first operand row-major and its second column-major: the transpose of proj8
         out = torch._scaled_mm(post8, proj8.T, scale_a=post_scale, scale_b=proj_scale, out_dtype=torch.bfloat16)
@@ -3510,15 +3599,15 @@ class ReluSquareMLP(torch.autograd.Function):
     def backward(ctx, grad_out):
         if not ctx.fp8:
             x, fc, proj, post = ctx.saved_tensors
-            grad_pre = relu_square_linear_backward(grad_out, proj, post)
+            grad_pre = torch.ops.train_gpt.relu_square_linear_backward(grad_out, proj, post)
             return grad_pre @ fc, grad_pre.T @ x, grad_out.T @ post, None
         x8, fc8, proj8, post8, post8_t, fc_scale, post_scale, proj_scale, proj_norm = ctx.saved_tensors
         out_scale = fp8_scale(grad_out.abs().amax(), torch.float8_e5m2)
         grad_out8, grad_out8_t = to_fp8_both_layouts(grad_out, out_scale, torch.float8_e5m2)
         pre_bound = grad_out.float().norm(dim=1).amax() * proj_norm * 2 * (post_scale * 448).sqrt()
         pre_scale = fp8_scale(pre_bound, torch.float8_e5m2)
-        grad_pre8, grad_pre8_t = relu_square_linear_backward_fp8(grad_out8, proj8.T.contiguous(), post8,
-                                                                 out_scale * proj_scale * post_scale.sqrt(), pre_scale)
+        grad_pre8, grad_pre8_t = torch.ops.train_gpt.relu_square_linear_backward_fp8(
+            grad_out8, proj8.T.contiguous(), post8, out_scale * proj_scale * post_scale.sqrt(), pre_scale)
         x_scale, bf16 = scalar(ctx.x_scale, grad_out), torch.bfloat16
         grad_x = torch._scaled_mm(grad_pre8, fc8.T.contiguous().T, scale_a=pre_scale, scale_b=fc_scale, out_dtype=bf16)
         grad_fc = torch._scaled_mm(grad_pre8_t, x8.T.contiguous().T, scale_a=pre_scale, scale_b=x_scale,

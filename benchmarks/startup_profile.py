@@ -10,8 +10,8 @@ run by phase. Give it the bytecode cache that train_gpt.py gives itself when run
 example PYTHONPYCACHEPREFIX=.bytecode, PYTHONDONTWRITEBYTECODE unset), or its imports compile torch's sources
 again. This script imports Inductor before main(), which moves seconds from the log's "model" phase into
 "imports": compare totals. Imported rather than run as a program, train_gpt keeps no bytecode of its own
-(see its first lines). Fill its cache with this script, not with train_gpt.py as a program: in session 27,
-train_gpt.py run as a program missed every graph of a cache that processes importing it had filled.
+(see its first lines). Fill its cache with this script: a process that imports train_gpt keeps its own part
+of a compile cache, apart from train_gpt.py's as a program (train_gpt.cache_name).
 --sample adds where the main thread's time went, by function, over the run and inside the warm-up
 (StackSampler): cProfile, which this offered before, made a 33 s warm start last over 160 s (session 27) and
 Inductor's cache miss (session 13).
@@ -49,9 +49,9 @@ def record_steps(started):
     """Append (time, step) to `started` as each training step (warm-up or timed) is queued."""
     train_step = train_gpt.Run.train_step
 
-    def recorded(self, step):
+    def recorded(self, step, trace=False):
         started.append((time.time(), step))
-        return train_step(self, step)
+        return train_step(self, step, trace)
     train_gpt.Run.train_step = recorded
 
 

@@ -14,6 +14,12 @@ sys.path.insert(0, str(ROOT / "data"))
 from fineweb import BOS, write_shard  # noqa: E402
 
 
+def environment_without_cache_dirs():
+    """This process's environment less the compile caches' folders (TORCHINDUCTOR_CACHE_DIR, which importing
+    Inductor sets, and TRITON_CACHE_DIR): a process started with it gets the folders load_compile_cache names."""
+    return {k: v for k, v in os.environ.items() if not k.endswith("_CACHE_DIR")}
+
+
 def keep_freed_memory_in_the_heap():
     """A smoke step's largest tensors (the head's logits and their gradient over the whole vocabulary, up to 300
     MB; the embedding tables' gradients and Adam moments) are past glibc malloc's threshold for allocations of

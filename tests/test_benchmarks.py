@@ -243,6 +243,19 @@ def test_loader_overlap_counts_host_to_device_copies_that_overlap_a_kernel_on_an
     assert loader_overlap.copies_overlapping_kernels(trace) == (1, 3)
 
 
+def test_startup_profile_records_each_step_and_passes_the_warm_ups_trace_on(monkeypatch):
+    """record_steps wraps Run.train_step: each call's step and time, and the call as made, warm_up's trace
+    included (a wrapper without it stopped every profiled start at its first warm-up step)."""
+    calls, started = [], []
+    monkeypatch.setattr(startup_profile.train_gpt.Run, "train_step", lambda self, step, trace=False: calls.append(
+        (self, step, trace)) or step)
+    startup_profile.record_steps(started)
+    run = object()
+    assert startup_profile.train_gpt.Run.train_step(run, 3, True) == 3
+    assert startup_profile.train_gpt.Run.train_step(run, 4) == 4
+    assert calls == [(run, 3, True), (run, 4, False)] and [step for _, step in started] == [3, 4]
+
+
 def test_startup_profile_counts_each_frame_under_the_step_queued_last_before_it(monkeypatch, capsys):
     """A frame that began before the first step goes under '-', one that began during a step's warm-up under that
     step; the sums per step and in all add the frames' durations."""

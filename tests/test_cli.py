@@ -223,6 +223,8 @@ class WatchedRun(typing.NamedTuple):
     status: int  # main's exit status
     steps: list  # (step, parameters with a nonzero gradient before the step, those after it), warm-up included
     forwards: list  # what each forward pass compiled for (recording_forward), warm-up and validation included
+    bare: list  # for each forward pass, whether no parameter had a gradient
+    passes: list  # the forward passes so far after each train_step, warm-up included
     log: list  # the lines of the run's log
     tail: list  # TailAverage's calls: ("update", step) or ("apply", train steps and forward passes before it)
     masks: list  # ValidationMask.apply's calls: (train steps, forward passes before it, the head's mask before, after)
@@ -235,7 +237,7 @@ def warm_up_run(tmp_path_factory):
     it: each had a run of its own, 15 to 50 s on 2 cores."""
     workdir = tmp_path_factory.mktemp("warm_up_run")
     (workdir / "data").symlink_to(ROOT / "data")
-    train_step, steps, forwards, tail, masks, collecting = tg.train_step, [], [], [], [], []
+    train_step, steps, forwards, bare, passes, tail, masks, collecting = tg.train_step, [], [], [], [], [], [], []
     update, apply, apply_mask = tg.TailAverage.update, tg.TailAverage.apply, tg.ValidationMask.apply
 
     def watched_mask(self):
@@ -252,12 +254,15 @@ def warm_up_run(tmp_path_factory):
         collecting.append(gc.isenabled())
         loss = train_step(model, micro_batches, optimizers, step, args, world_size, upcoming)
         steps.append((step, before, with_grads(model)))
+        passes.append(len(forwards))
         return loss
     np.save(workdir / FIRST_MERGES, np.load(ROOT / "data" / "gpt2_merges.npy")[:1000])
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(workdir)
         patch.setattr(tg, "train_step", watched)
-        patch.setattr(tg.GPT, "forward", recording_forward(forwards))
+        recorded = recording_forward(forwards)
+        patch.setattr(tg.GPT, "forward", lambda model, batch, state: bare.append(
+            all(p.grad is None for p in model.parameters())) or recorded(model, batch, state))
         patch.setattr(tg.TailAverage, "update", lambda self, step: tail.append(("update", step)) or update(self, step))
         patch.setattr(tg.TailAverage, "apply", lambda self: tail.append(("apply", len(steps), len(forwards)))
                       or apply(self))
@@ -265,7 +270,7 @@ def warm_up_run(tmp_path_factory):
         status = tg.main(WARM_UP_RUN + ["--merge_table", str(FIRST_MERGES)])
     (log,) = (workdir / "logs").glob("*.txt")
     assert gc.isenabled() and not gc.get_freeze_count()  # the run gave the garbage collector back
-    return WatchedRun(status, steps, forwards, read_log(log), tail, masks, collecting)
+    return WatchedRun(status, steps, forwards, bare, passes, read_log(log), tail, masks, collecting)
 
 
 def test_warm_up_leaves_no_trace_in_the_run(warm_up_run):
@@ -284,6 +289,22 @@ def test_warm_up_leaves_no_trace_in_the_run(warm_up_run):
     assert len(validations) == 3 and validations[1] == validations[0] + 1
     assert forwards[validations[0] - 1][3] is False  # the warm-up's last step was untied (step 10)
     assert forwards[validations[1] + 1][3] is True  # and the run's first step is tied again
+
+
+def test_warm_up_traces_each_variant_of_the_compiled_graphs_with_no_gradient_first(warm_up_run):
+    """Dynamo's cache (compile_regions) saved a frame traced while parameters had gradients, but could not load
+    it: in the warm-up, the first forward pass at each variant of the compiled graphs (batch size, sampled rows,
+    windows, tie, loss terms, grad mode) must run with no gradient (Run.train_step's trace, or validation's
+    warm-up), once per variant; the gradients come back after (Adam keeps its own over even steps)."""
+    assert warm_up_run.status == 0
+    forwards, bare = warm_up_run.forwards, warm_up_run.bare
+    end = next(i for i, call in enumerate(forwards) if not call[-1]) + 1  # through validation's warm-up pass
+    first = {}
+    for i, call in enumerate(forwards[:end]):
+        first.setdefault(call, i)
+    assert all(bare[i] for i in first.values()) and len(first) > 6
+    assert sum(bare[:end]) <= len(first) + 1  # step 0's first pass after its trace has no gradient either
+    assert warm_up_run.steps[1][1]  # step 1 found the gradients that step 0 left Adam: its trace gave them back
 
 
 def test_tail_average_takes_every_timed_step_and_ships_once_before_the_final_validation(warm_up_run):
@@ -351,8 +372,9 @@ def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(warm_up_run
     shapes = [tg.train_shape(args, 1, stage) for stage in tg.TRAINING_STAGES]
     warm = tg.warm_up_steps(args, shapes)
     assert list(warm) == [0, 1, 2, 3, 4, 5]  # the extension: stage 4's shape, longer windows
-    passes = [len(steps) * shapes[stage].accum_steps for stage, steps in warm.items()]  # each stage's warm-up's
-    warm_up = warm_up_run.forwards[passes[0]: sum(passes) + 1]  # stages 1 to 5, and the validation warm-up's pass
+    # stages 1 to 5, traces included (Run.train_step), and the validation warm-up's pass
+    stage_0 = warm_up_run.passes[len(warm[0]) - 1]
+    warm_up = warm_up_run.forwards[stage_0: next(i for i, call in enumerate(warm_up_run.forwards) if not call[-1]) + 1]
     assert warm_up[-1][-1] is False and {call[3] for call in warm_up} == {True, False}
     assert {call[1] for call in warm_up} == {10240, 14336, 24576, None}
 

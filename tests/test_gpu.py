@@ -1,7 +1,10 @@
 """Checks of the CUDA-only paths: run on a GPU machine with `python -m pytest tests/test_gpu.py`.
 Skipped where there is no GPU (CI)."""
 import os
+import re
 import socket
+import subprocess
+import sys
 import time
 import types
 from pathlib import Path
@@ -14,7 +17,8 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 import train_gpt as tg
-from conftest import check_nan_stops_the_run, random_documents, randomise_zero_initialised, rel_error
+from conftest import (ROOT, check_nan_stops_the_run, environment_without_cache_dirs, random_documents, read_log,
+                      randomise_zero_initialised, rel_error)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -443,6 +447,35 @@ def test_deferred_loss_read_stops_a_gpu_run_one_step_late_at_most(workdir, monke
     """On a GPU the host reads step k's loss after queueing step k + 1 (a pinned copy and an event)."""
     check_nan_stops_the_run(monkeypatch, ["--smoke", "--val_tokens", "1024", "--val_loss_every", "0",
                                           "--compile_cache", ""])
+
+
+def test_a_warm_start_loads_every_compiled_function_from_dynamos_cache_and_traces_no_graph(tmp_path):
+    """Two smoke runs on one compile cache, with a warm-up (the smoke run has none, and a run saves its cache at
+    the warm-up's end): the first, cold, traces the graphs and saves them; the second must load from Dynamo's
+    cache (compile_regions) what the first traced, trace none itself, print no traceback or warning of PyTorch's
+    logs (a frame traced while parameters had gradients failed to load, and its failure is a traceback) or of
+    the run's, and train the same losses."""
+    for name in ("train_gpt.py", "data"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    runs = []
+    env = environment_without_cache_dirs()
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "train_gpt.py", "--smoke", "--warmup_steps", "1", "--compile_cache",
+                               "cache"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        output = done.stdout + done.stderr
+        assert done.returncode == 0 and not re.search(r"Traceback|^W\d{4} |^warning", output, re.M), output[-3000:]
+        (log,) = set((tmp_path / "logs").glob("*.txt")) - {path for path, _ in runs}
+        runs.append((log, read_log(log)))
+
+    def compile_counts(lines):
+        (line,) = [line for line in lines if line.startswith("compile: ")]
+        return [int(n) for n in re.match(r"compile: (\d+) graphs traced, (\d+) compiled", line).groups()]
+
+    (traced, _), (traced_again, loaded) = (compile_counts(lines) for _, lines in runs)
+    assert traced > 0 and traced_again == 0 and loaded > 0
+    cold, warm = ([float(m.group(1)) for m in map(re.compile(r"(?:step:\d+/\d+ |final )val_loss:(\S+) ").match, lines)
+                   if m] for _, lines in runs)
+    assert cold and len(warm) == len(cold) and all(abs(a - b) < 1e-3 * a for a, b in zip(cold, warm))
 
 
 def test_graphed_micro_steps_equal_uncaptured_ones():

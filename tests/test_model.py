@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch._dynamo.testing import CompileCounter
 
 import train_gpt as tg
-from conftest import micro_batch, randomise_zero_initialised, read_log, rel_error
+from conftest import environment_without_cache_dirs, micro_batch, randomise_zero_initialised, read_log, rel_error
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = tg.parse_args(["--smoke"])
@@ -1378,6 +1378,82 @@ def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
         torch._dynamo.reset()
 
 
+DYNAMO_CACHE_PASSES = """
+import json, sys
+import torch
+import train_gpt as tg
+from torch._dynamo.utils import counters
+
+cache = sys.argv[1]
+tg.load_compile_cache(cache, 0, print)
+args = tg.parse_args(["--smoke", "--layers", "sMMM", "--model_dim", "64", "--head_dim", "32"])
+torch.manual_seed(0)
+model = tg.GPT(args, fp8=False)
+tg.compile_regions(model)
+source = tg.TrainSource(args.train_files, 0, 1, repeat=True, ngram_rows=args.ngram_rows)
+train = tg.synchronous_batches(source, [tg.BatchShape(1024, 512, 1)] * 2)
+(val,) = next(tg.synchronous_batches(tg.ValSource(args.val_files, 2048, 1024, 0, 1, args.ngram_rows),
+                                     [tg.BatchShape(1024, 1024, 1)]))
+losses, retraced = [], []
+for step, (micro,) in enumerate(train):
+    state = tg.StepState((64 * (step + 1), 128 * (step + 1)), (128 * (step + 1),), tied=True)
+    model.prepare(state)
+    with tg.gradients_set_aside(model):
+        model(micro, state)
+    traced = counters["stats"]["unique_graphs"]
+    losses.append(tg.forward_backward(model, micro, state).item())
+    retraced.append(counters["stats"]["unique_graphs"] - traced)
+with tg.gradients_set_aside(model), torch.no_grad():
+    losses.append(model(val, state).item())
+tg.save_compile_cache(cache, 0)  # as every run does at the end of its warm-up
+print(json.dumps(dict(losses=losses, retraced=retraced, graphs=counters["stats"]["unique_graphs"],
+                      hits=counters["dynamo_cache"]["dynamo_cache_hit"])))
+"""
+
+
+def dynamo_cache_passes(cache, processes):
+    """DYNAMO_CACHE_PASSES's results in `processes` new processes, one after the other on `cache`, whose caches
+    are the folders that load_compile_cache names (environment_without_cache_dirs), empty at first."""
+    env = environment_without_cache_dirs()
+    return [json.loads(subprocess.run([sys.executable, "-c", DYNAMO_CACHE_PASSES, str(cache)], cwd=ROOT, env=env,
+                                      capture_output=True, text=True, check=True, timeout=300).stdout.splitlines()[-1])
+            for _ in range(processes)]
+
+
+def test_a_warm_process_loads_every_region_from_dynamos_cache_and_traces_none(tmp_path):
+    """Dynamo's cache (compile_regions) as warm_up uses it, in two processes one after the other on one compile
+    cache: the first traces every region with the gradients set aside, then runs its forward and backward
+    passes, which must trace nothing again once gradients exist; the second must load the four compiled
+    functions (Block's three parts and the head), trace no graph and compute the same losses. Frames traced
+    while parameters had gradients saved, but their load raised a TypeError (torch 2.13); a custom op called by
+    its Python name could not be saved."""
+    cold, warm = dynamo_cache_passes(tmp_path / "cache", 2)
+    assert cold["graphs"] > 0 and cold["retraced"] == [0, 0]
+    assert warm["graphs"] == 0 and warm["hits"] == 4 and warm["losses"] == cold["losses"]
+
+
+def test_a_function_that_dynamos_cache_cannot_load_ends_the_start_and_deletes_that_cache(tmp_path, monkeypatch):
+    """PyTorch recovers from some saved frames that cannot be loaded, not from others (the TypeError above), and
+    a second torch.compile after such a failure failed too: compiled must delete Dynamo's cache, so that the
+    next start traces afresh, and end this one with an error that says so; without Dynamo's cache on, the
+    error is PyTorch's own."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    (tmp_path / "dynamo" / "entry").mkdir(parents=True)
+
+    def failing(function, **options):
+        raise TypeError("assigned grad expected to be a Tensor or None but got grad of type _Missing")
+    monkeypatch.setattr(torch, "compile", failing)
+
+    def function(x):
+        return x
+    with torch._dynamo.config.patch(caching_precompile=False), pytest.raises(TypeError):
+        tg.compiled(function, False, False)
+    assert (tmp_path / "dynamo" / "entry").exists()
+    with torch._dynamo.config.patch(caching_precompile=True), pytest.raises(tg.UserError, match="start again"):
+        tg.compiled(function, False, False)
+    assert not (tmp_path / "dynamo").exists()
+
+
 def test_compiled_regions_compile_each_batch_shape_statically():
     """Three token counts, as in the three stages, must give three graphs. With dynamic shapes dynamo
     compiles a second, symbolic graph at the second count and reuses it for the third and for the first;
@@ -1685,7 +1761,7 @@ def test_fp8_head_loss_matches_float_reference_on_cpu():
 @pytest.fixture
 def private_caches(monkeypatch):
     """load_compile_cache sets the cache variables unless given: a private environment, and none given."""
-    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.endswith("_CACHE_DIR")})
+    monkeypatch.setattr(os, "environ", environment_without_cache_dirs())
     monkeypatch.setattr(tg, "GIVEN_CACHE_DIRS", dict.fromkeys(tg.GIVEN_CACHE_DIRS))
 
 
@@ -1701,16 +1777,28 @@ def test_compile_cache_holds_the_caches_though_importing_inductor_set_its_defaul
     load_compile_cache runs: a process whose environment named no caches must still get Inductor's and Triton's
     inside --compile_cache, so that a new directory is a cold start, as start-up measurements assume; one that
     named its own keeps it. In a fresh process, as a run starts."""
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_CACHE_DIR")}
+    env = environment_without_cache_dirs()
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     command = [sys.executable, "-c", LOAD_COMPILE_CACHE, str(tmp_path / "cc")]
 
     def run():
         return subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout.split()
 
-    assert run() == [str(tmp_path.resolve() / "cc" / "inductor"), str(tmp_path.resolve() / "cc" / "triton")]
+    gpu0 = tg.cache_name(0)  # "gpu0.train_gpt": the process imports train_gpt
+    assert run() == [str(tmp_path.resolve() / "cc" / "inductor" / gpu0), str(tmp_path.resolve() / "cc" / "triton")]
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "mine")
-    assert run() == [str(tmp_path / "mine"), str(tmp_path.resolve() / "cc" / "triton")]
+    assert run() == [str(tmp_path / "mine" / gpu0), str(tmp_path.resolve() / "cc" / "triton")]
+
+
+def test_each_gpu_and_a_program_apart_from_an_importer_keep_their_own_part_of_a_compile_cache(monkeypatch):
+    """Dynamo's cache, inside Inductor's, keeps one entry per compiled function, whatever the GPU or the module
+    the function came from: ranks sharing a folder would write over each other's entries, and a program that
+    loaded the entries of a process importing train_gpt failed at their first call."""
+    names = {tg.cache_name(0), tg.cache_name(1)}
+    monkeypatch.setattr(tg, "__name__", "__main__")  # as train_gpt.py run as a program
+    names |= {tg.cache_name(0), tg.cache_name(1)}
+    assert len(names) == 4 and tg.cache_name(0) == "gpu0"
+    assert tg.artifacts_file("cc", 0) == Path("cc/artifacts.gpu0.bin")
 
 
 @pytest.mark.parametrize("content", [None, b"not a cache", bytes(range(256)) * 16], ids=["none", "text", "binary"])
@@ -1718,10 +1806,10 @@ def test_compile_cache_that_cannot_be_loaded_warns_and_goes_on(content, tmp_path
     """Missing artifacts are a first run (no warning, reported as cold); a corrupt one must warn, not crash
     and not pass silently (PyTorch returns None for it rather than raising)."""
     if content is not None:
-        (tmp_path / "artifacts.gpu0.bin").write_bytes(content)
+        tg.artifacts_file(tmp_path, 0).write_bytes(content)
     messages = []
     assert tg.load_compile_cache(tmp_path, 0, messages.append) == (content is not None)
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path.resolve() / "inductor")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path.resolve() / "inductor" / tg.cache_name(0))
     if content is None:
         assert messages == []
     else:
@@ -1730,24 +1818,29 @@ def test_compile_cache_that_cannot_be_loaded_warns_and_goes_on(content, tmp_path
 
 def test_compile_cache_loads_artifacts_once_into_the_caches_that_hold_them(tmp_path, monkeypatch, private_caches):
     """Artifacts already loaded into (or saved from) Inductor's cache are not loaded again; new ones are, and
-    so are the same ones into a cache that was wiped. Each GPU has its own: GPU 1 does not load GPU 0's."""
+    so are the same ones into a cache that was wiped. Each GPU has its own: GPU 1 does not load GPU 0's, and
+    Inductor's cache, which holds Dynamo's (one entry per compiled function, whatever the GPU), is a folder per
+    GPU."""
     loads = []
     monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda content: loads.append(content) or "info")
     monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"saved", "info"))
-    (tmp_path / "artifacts.gpu0.bin").write_bytes(b"first")
+    gpu0, gpu1 = tg.artifacts_file(tmp_path, 0), tg.artifacts_file(tmp_path, 1)
+    gpu0.write_bytes(b"first")
     for _ in range(2):
         assert tg.load_compile_cache(tmp_path, 0, print)
     assert loads == [b"first"]
     assert not tg.load_compile_cache(tmp_path, 1, print) and loads == [b"first"]  # cold: nothing for GPU 1
-    (tmp_path / "artifacts.gpu0.bin").write_bytes(b"second")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path.resolve() / "inductor" / tg.cache_name(1))
+    gpu0.write_bytes(b"second")
     tg.load_compile_cache(tmp_path, 0, print)
     assert loads == [b"first", b"second"]
+    tg.load_compile_cache(tmp_path, 1, print)  # as GPU 1's run does before it saves
     tg.save_compile_cache(tmp_path, 1)
-    assert (tmp_path / "artifacts.gpu0.bin").read_bytes() == b"second"  # GPU 1's save leaves GPU 0's alone
+    assert gpu0.read_bytes() == b"second"  # GPU 1's save leaves GPU 0's alone
     tg.load_compile_cache(tmp_path, 1, print)
     tg.load_compile_cache(tmp_path, 0, print)
-    assert (tmp_path / "artifacts.gpu1.bin").read_bytes() == b"saved" and len(loads) == 2
-    shutil.rmtree(tmp_path / "inductor")
+    assert gpu1.read_bytes() == b"saved" and len(loads) == 2
+    shutil.rmtree(tmp_path / "inductor" / tg.cache_name(1))
     tg.load_compile_cache(tmp_path, 1, print)
     assert loads[-1] == b"saved" and len(loads) == 3
 
