@@ -2355,13 +2355,18 @@ def load_compile_cache(directory, gpu, log):
     their GPU, so each GPU has its artifacts: rank 1 found none for cuda:1 among rank 0's and compiled
     everything (an 87 s start on 2 GPUs).
     Artifacts that Inductor's cache already holds (it records their hash) are not loaded again: that took about
-    5 s of every warm start, and cache hits are recorded for the next save as misses are. Returns whether the
+    5 s of every warm start, and cache hits are recorded for the next save as misses are. Dynamo's saved frames
+    are deleted unless this source and this torch saved them (dynamo_stamp). Returns whether the
     directory held this GPU's artifacts: False is a cold start."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     inductor = Path(GIVEN_CACHE_DIRS["TORCHINDUCTOR_CACHE_DIR"] or path.resolve() / "inductor") / cache_name(gpu)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
     os.environ["TRITON_CACHE_DIR"] = GIVEN_CACHE_DIRS["TRITON_CACHE_DIR"] or str(path.resolve() / "triton")
+    frames, stamp = dynamo_frames()
+    if frames.exists() and not (stamp.is_file() and stamp.read_text() == dynamo_stamp()):
+        shutil.rmtree(frames, ignore_errors=True)
+        log("compile cache: Dynamo's saved frames came from another train_gpt.py or torch; they are traced again")
     artifacts = artifacts_file(directory, gpu)
     if not artifacts.exists():
         return False
@@ -2388,6 +2393,25 @@ def save_compile_cache(directory, gpu):
         partial.write_bytes(saved[0])
         partial.replace(artifacts)
         artifacts_in_cache(gpu).write_text(hashlib.sha256(saved[0]).hexdigest())  # they came from these caches
+    frames, stamp = dynamo_frames()
+    if frames.exists():
+        stamp.write_text(dynamo_stamp())
+
+
+def dynamo_frames():
+    """The folder of Dynamo's saved frames (compile_regions), inside Inductor's cache, and the file in it that
+    names what saved them (dynamo_stamp)."""
+    from torch._dynamo.package import DynamoCache
+    frames = Path(DynamoCache.path_prefix())
+    return frames, frames / "train_gpt.stamp"
+
+
+def dynamo_stamp():
+    """What Dynamo's saved frames may be loaded by: this source and this torch. Dynamo checks a loaded frame
+    against the source lines it traced, not against the settings compile_regions makes or the flags given to
+    compiled, so a frame saved before a change to those would load as if nothing had changed; load_compile_cache
+    deletes the frames of another source (Inductor's cache, keyed by content, stays)."""
+    return f"{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()} torch {torch.__version__}"
 
 
 def artifacts_file(directory, gpu):
@@ -2432,9 +2456,8 @@ def compile_regions(model):
     # Dynamo's own cache: save_compile_cache saves each compiled function's traced frames and guards too, and a
     # warm start loads them at torch.compile instead of tracing its 66 graphs again: 25.0 and 24.1 s against
     # 37.8 and 41.5 s on an H100 (proxy flags, session 28). A frame traced while parameters had gradients saved,
-    # but failed to load: warm_up traces with the gradients set aside (gradients_set_aside). A loaded frame is
-    # checked against the source lines it traced, not against the settings here or compiled's flags: after a
-    # change to those, empty the compile cache.
+    # but failed to load: warm_up traces with the gradients set aside (gradients_set_aside). Frames saved by
+    # another version of this file are not loaded (dynamo_stamp).
     torch._dynamo.config.caching_precompile = True
     # and the lines it prints at every trace: a warning for each guard on an object's identity that it leaves out
     # of a saved frame (a new process has new objects; a changed source is caught by its checksums), hundreds a

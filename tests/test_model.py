@@ -1845,6 +1845,40 @@ def test_compile_cache_loads_artifacts_once_into_the_caches_that_hold_them(tmp_p
     assert loads[-1] == b"saved" and len(loads) == 3
 
 
+def test_dynamos_frames_saved_by_another_source_or_torch_are_deleted_before_they_can_load(tmp_path, monkeypatch,
+                                                                                         private_caches):
+    """Dynamo checks a saved frame against the source lines it traced, not against compile_regions' settings or
+    compiled's flags: a run must load only frames that its own train_gpt.py and torch saved, delete the others
+    (and those saved with no stamp) with a line in the log, and keep the rest of Inductor's cache."""
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"saved", "info"))
+    messages = []
+    tg.load_compile_cache(tmp_path, 0, messages.append)
+    frames, stamp = tg.dynamo_frames()
+    assert frames == tmp_path.resolve() / "inductor" / tg.cache_name(0) / "dynamo"
+
+    def saved_frames():  # a compiled function's frames, as a run saves them
+        (frames / "entry").mkdir(parents=True, exist_ok=True)
+        tg.save_compile_cache(tmp_path, 0)
+
+    saved_frames()
+    tg.load_compile_cache(tmp_path, 0, messages.append)
+    assert (frames / "entry").is_dir() and messages == []
+    edited = tmp_path / "train_gpt.py"
+    edited.write_text((ROOT / "train_gpt.py").read_text() + "# a setting changed\n")
+    for change in ("source", "torch", "no stamp"):
+        saved_frames()
+        with monkeypatch.context() as m:
+            if change == "source":
+                m.setattr(tg, "__file__", str(edited))
+            elif change == "torch":
+                m.setattr(torch, "__version__", "0.0.0")
+            else:
+                stamp.unlink()
+            tg.load_compile_cache(tmp_path, 0, messages.append)
+        assert not frames.exists() and tg.artifacts_in_cache(0).is_file(), change
+        assert len(messages) == 1 and "traced again" in messages.pop(), change
+
+
 def test_a_run_keeps_bytecode_beside_the_script_from_before_torch_is_imported(tmp_path):
     """Under PYTHONDONTWRITEBYTECODE (as on the lent GPU machines) the script, run as a program, has the
     bytecode of torch itself written into .bytecode beside it, not beside the sources, and its child processes
