@@ -1323,18 +1323,53 @@ def test_cpu_smoke_run(tmp_path):
     assert table["val", N][0] <= table["val", 0][0] - 1.0
 
 
-# About 15 seconds: two CPU processes (gloo) train the smoke model for two steps.
-def test_two_process_run_with_fewer_validation_chunks_than_ranks(tmp_path):
+RANK_1_WHOLE_VOCABULARY_AT_STEP_1 = """
+import dataclasses, os, sys
+import train_gpt as tg
+
+train_step, rank = tg.Run.train_step, int(os.environ["RANK"])
+
+
+def watched(run, step, trace=False):
+    # rank 1's micro-batches of the warm-up's step 1 over the whole vocabulary: a variant of the compiled graphs
+    # that is new on rank 1 alone (rank 0's step 1 has step 0's), so that rank 1 alone traces it
+    loader = run.train_loader
+    if trace and step == 1 and rank == 1:
+        send = loader.send
+        loader.send = lambda shape: [dataclasses.replace(micro, candidates=None) for micro in send(shape)]
+    try:
+        return train_step(run, step, trace)
+    finally:
+        loader.__dict__.pop("send", None)
+        if trace:
+            with open(f"traced.rank{rank}", "a") as file:
+                file.write(f"{len(run.traced)}\\n")
+
+
+tg.Run.train_step = watched
+sys.argv[0] = "train_gpt.py"
+sys.exit(tg.main(sys.argv[1:]))
+"""
+
+
+# About 20 seconds: two CPU processes (gloo) train the smoke model for six steps.
+def test_two_process_run_with_fewer_validation_chunks_than_ranks_and_a_variant_one_rank_alone_traces(tmp_path):
     """val_tokens is a single chunk of val_seq_tokens, so rank 1 validates nothing; the warm-up's validation
-    must not ask it for a batch either."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "train_gpt.py", "--smoke", "--warmup_steps", "1", "--val_tokens", "1024", "--val_seq_tokens", "1024",
-               "--batch_tokens", "1536", "--micro_batch_tokens", "384", "--scheduled_steps", "3", "--extension_steps",
+    must not ask it for a batch either. And in the warm-up's step 1, rank 1 alone meets a new variant of the
+    compiled graphs (its micro-batches over the whole vocabulary, rank 0's over sampled rows as at step 0), whose
+    trace, a forward pass, fetches the step's n-gram rows on rank 1 only: the ranks' fetches must still pair up
+    (a rank that fetched twice in a step would hold the other at a collective until the test's timeout)."""
+    (tmp_path / "run.py").write_text(RANK_1_WHOLE_VOCABULARY_AT_STEP_1)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "run.py",
+               "--smoke", "--warmup_steps", "2", "--val_tokens", "1024", "--val_seq_tokens", "1024",
+               "--batch_tokens", "1536", "--micro_batch_tokens", "384", "--scheduled_steps", "6", "--extension_steps",
                "0"]
     lines, run_id = run_in_copy(tmp_path, command)
     args, table, _ = check_log_format(lines, run_id, world_size=2)
     assert args["val_tokens"] == 1024
-    assert set(table) == {("val", 0), ("train", 1), ("train", 2), ("train", 3), ("val", 3)}
+    assert set(table) == {("val", 0), *(("train", step) for step in range(1, 7)), ("val", 6)}
+    traced = [[int(n) for n in (tmp_path / f"traced.rank{rank}").read_text().split()] for rank in (0, 1)]
+    assert traced[0][1] == traced[0][0] and traced[1][1] == traced[1][0] + 1
 
 
 def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
