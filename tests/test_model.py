@@ -1337,16 +1337,24 @@ def watched(run, step, trace=False):
     if trace and step == 1 and rank == 1:
         send = loader.send
         loader.send = lambda shape: [dataclasses.replace(micro, candidates=None) for micro in send(shape)]
+    before = len(exchanges)
     try:
         return train_step(run, step, trace)
     finally:
         loader.__dict__.pop("send", None)
-        if trace:
-            with open(f"traced.rank{rank}", "a") as file:
-                file.write(f"{len(run.traced)}\\n")
+        with open(f"steps.rank{rank}", "a") as file:  # the variants traced so far, this step's row exchanges
+            file.write(f"{len(run.traced)} {len(exchanges) - before}\\n")
 
 
-tg.Run.train_step = watched
+exchanges, exchange = [], tg.RowExchange.__init__  # every fetch of n-gram rows from the other ranks
+
+
+def counted(self, *args):
+    exchanges.append(None)
+    exchange(self, *args)
+
+
+tg.Run.train_step, tg.RowExchange.__init__ = watched, counted
 sys.argv[0] = "train_gpt.py"
 sys.exit(tg.main(sys.argv[1:]))
 """
@@ -1357,8 +1365,8 @@ def test_two_process_run_with_fewer_validation_chunks_than_ranks_and_a_variant_o
     """val_tokens is a single chunk of val_seq_tokens, so rank 1 validates nothing; the warm-up's validation
     must not ask it for a batch either. And in the warm-up's step 1, rank 1 alone meets a new variant of the
     compiled graphs (its micro-batches over the whole vocabulary, rank 0's over sampled rows as at step 0), whose
-    trace, a forward pass, fetches the step's n-gram rows on rank 1 only: the ranks' fetches must still pair up
-    (a rank that fetched twice in a step would hold the other at a collective until the test's timeout)."""
+    trace, a forward pass, fetches the step's n-gram rows on rank 1 only: every rank must still exchange rows as
+    often as the others, step by step."""
     (tmp_path / "run.py").write_text(RANK_1_WHOLE_VOCABULARY_AT_STEP_1)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "run.py",
                "--smoke", "--warmup_steps", "2", "--val_tokens", "1024", "--val_seq_tokens", "1024",
@@ -1368,8 +1376,13 @@ def test_two_process_run_with_fewer_validation_chunks_than_ranks_and_a_variant_o
     args, table, _ = check_log_format(lines, run_id, world_size=2)
     assert args["val_tokens"] == 1024
     assert set(table) == {("val", 0), *(("train", step) for step in range(1, 7)), ("val", 6)}
-    traced = [[int(n) for n in (tmp_path / f"traced.rank{rank}").read_text().split()] for rank in (0, 1)]
-    assert traced[0][1] == traced[0][0] and traced[1][1] == traced[1][0] + 1
+    (traced_0, exchanges_0), (traced_1, exchanges_1) = (
+        zip(*(map(int, line.split()) for line in (tmp_path / f"steps.rank{rank}").read_text().splitlines()))
+        for rank in (0, 1))
+    assert traced_0[1] == traced_0[0] and traced_1[1] == traced_1[0] + 1  # the warm-up's steps 0 and 1
+    # the same row exchanges, step by step, on both ranks: when the trace's fetch did not count as its step's (a
+    # mutation, session 29), rank 1 waited at its extra exchange until run_in_copy's timeout
+    assert exchanges_0 == exchanges_1 and len(exchanges_0) > 6 and sum(exchanges_0) > 6
 
 
 def test_compiled_regions_equal_eager_and_stay_under_the_recompile_limit():
