@@ -2363,10 +2363,7 @@ def load_compile_cache(directory, gpu, log):
     inductor = Path(GIVEN_CACHE_DIRS["TORCHINDUCTOR_CACHE_DIR"] or path.resolve() / "inductor") / cache_name(gpu)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
     os.environ["TRITON_CACHE_DIR"] = GIVEN_CACHE_DIRS["TRITON_CACHE_DIR"] or str(path.resolve() / "triton")
-    frames, stamp = dynamo_frames()
-    if frames.exists() and not (stamp.is_file() and stamp.read_text() == dynamo_stamp()):
-        shutil.rmtree(frames, ignore_errors=True)
-        log("compile cache: Dynamo's saved frames came from another train_gpt.py or torch; they are traced again")
+    drop_foreign_frames(dynamo_frames()[1], log)
     artifacts = artifacts_file(directory, gpu)
     if not artifacts.exists():
         return False
@@ -2382,6 +2379,9 @@ def load_compile_cache(directory, gpu, log):
         log(f"warning: compile cache {artifacts} could not be loaded ({problem}); compiling from scratch")
     else:
         record.write_text(digest)
+    # the artifacts hold Dynamo's frames too, which their load has just written into its folder, unstamped: they
+    # are the artifacts' own source's
+    drop_foreign_frames(artifacts.with_suffix(".stamp"), log)
     return True
 
 
@@ -2392,6 +2392,7 @@ def save_compile_cache(directory, gpu):
         partial = artifacts.with_name(f"{artifacts.name}.{os.getpid()}")
         partial.write_bytes(saved[0])
         partial.replace(artifacts)
+        artifacts.with_suffix(".stamp").write_text(dynamo_stamp())  # after: an older stamp only drops frames
         artifacts_in_cache(gpu).write_text(hashlib.sha256(saved[0]).hexdigest())  # they came from these caches
     frames, stamp = dynamo_frames()
     if frames.exists():
@@ -2406,11 +2407,26 @@ def dynamo_frames():
     return frames, frames / "train_gpt.stamp"
 
 
+def drop_foreign_frames(stamp, log):
+    """Delete Dynamo's saved frames unless `stamp` (the frames' own, or that of the artifacts just loaded, which
+    wrote theirs into the folder) names this source and this torch; then the frames' own names them."""
+    frames, own = dynamo_frames()
+    if not frames.exists():
+        return
+    if stamp.is_file() and stamp.read_text() == dynamo_stamp():
+        own.write_text(dynamo_stamp())
+        return
+    shutil.rmtree(frames, ignore_errors=True)
+    origin = "another train_gpt.py or torch" if stamp.is_file() else "no stamp"
+    log(f"compile cache: Dynamo's saved frames came from {origin}; they are traced again")
+
+
+@functools.cache
 def dynamo_stamp():
-    """What Dynamo's saved frames may be loaded by: this source and this torch. Dynamo checks a loaded frame
-    against the source lines it traced, not against the settings compile_regions makes or the flags given to
-    compiled, so a frame saved before a change to those would load as if nothing had changed; load_compile_cache
-    deletes the frames of another source (Inductor's cache, keyed by content, stays)."""
+    """What Dynamo's saved frames may be loaded by: this source, as the run started, and this torch. Dynamo checks
+    a loaded frame against the source lines it traced, not against the settings compile_regions makes or the
+    flags given to compiled, so a frame saved before a change to those would load as if nothing had changed;
+    load_compile_cache deletes the frames of another source (Inductor's cache, keyed by content, stays)."""
     return f"{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()} torch {torch.__version__}"
 
 

@@ -1922,9 +1922,39 @@ def test_dynamos_frames_saved_by_another_source_or_torch_are_deleted_before_they
                 m.setattr(torch, "__version__", "0.0.0")
             else:
                 stamp.unlink()
+            tg.dynamo_stamp.cache_clear()
             tg.load_compile_cache(tmp_path, 0, messages.append)
+        tg.dynamo_stamp.cache_clear()
         assert not frames.exists() and tg.artifacts_in_cache(0).is_file(), change
         assert len(messages) == 1 and "traced again" in messages.pop(), change
+
+
+def test_dynamos_frames_that_loaded_artifacts_bring_are_kept_only_from_this_source(tmp_path, monkeypatch,
+                                                                                    private_caches):
+    """The artifacts hold Dynamo's frames too, and loading them (a fresh machine, or Inductor's cache wiped)
+    writes those into Dynamo's folder: they must be deleted unless the artifacts came from this source, and
+    else stamped as its own, so that the next run keeps them."""
+    messages, edited = [], tmp_path / "edited.py"
+    edited.write_text((ROOT / "train_gpt.py").read_text() + "# a setting changed\n")
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"saved", "info"))
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts",  # as PyTorch writes the frames they hold
+                        lambda content: (tg.dynamo_frames()[0] / "key" / "entry").mkdir(parents=True) or "info")
+    inductor = tmp_path / "inductor"
+    for source, kept in ((edited, False), (ROOT / "train_gpt.py", True)):
+        with monkeypatch.context() as m:  # a run of `source` saves its artifacts
+            m.setattr(tg, "__file__", str(source))
+            tg.dynamo_stamp.cache_clear()
+            tg.load_compile_cache(tmp_path, 0, messages.append)
+            tg.save_compile_cache(tmp_path, 0)
+        tg.dynamo_stamp.cache_clear()
+        shutil.rmtree(inductor)  # a fresh machine: the artifacts alone
+        assert tg.load_compile_cache(tmp_path, 0, messages.append)
+        frames, stamp = tg.dynamo_frames()
+        assert (frames / "key" / "entry").is_dir() == kept and stamp.is_file() == kept, source
+        assert sum("traced again" in message for message in messages) == (not kept), source
+        messages.clear()
+    tg.load_compile_cache(tmp_path, 0, messages.append)  # the next run keeps them
+    assert (frames / "key" / "entry").is_dir() and messages == []
 
 
 def test_a_run_keeps_bytecode_beside_the_script_from_before_torch_is_imported(tmp_path):
