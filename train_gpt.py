@@ -2417,8 +2417,8 @@ def drop_foreign_frames(stamp, log):
         own.write_text(dynamo_stamp())
         return
     shutil.rmtree(frames, ignore_errors=True)
-    origin = "another train_gpt.py or torch" if stamp.is_file() else "no stamp"
-    log(f"compile cache: Dynamo's saved frames came from {origin}; they are traced again")
+    why = "were saved by another train_gpt.py or torch" if stamp.is_file() else "carry no stamp"
+    log(f"compile cache: Dynamo's saved frames {why}; they are traced again")
 
 
 @functools.cache

@@ -26,7 +26,8 @@
 #   graphed micro-steps.
 #   Rule, fixed now: merge if the patch's step is shorter in stage 0 in both rounds (each round's pair), by at
 #   least 0.1 ms in their mean, longer in no stage by more than 0.1 ms in the mean, and the GPU tests pass.
-#   Then a proxy A/B of time to loss (two seeds against main's, the guide's rule) before any record.
+#   Then a proxy A/B of time to loss (two seeds against main's, the guide's rule) before any record; its logs'
+#   peak_memory lines show the copy's cost (about 0.5 GB expected at 48K tokens).
 PART=${PART:-all}
 R=/tmp/res; rm -rf $R /tmp/gt /tmp/gt_adds /tmp/c_* /tmp/ind_* /tmp/tri_*; mkdir -p $R; cp -r . /tmp/gt; cd /tmp/gt
 export PYTHONUNBUFFERED=1
