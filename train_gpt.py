@@ -259,9 +259,8 @@ def compiled(function, dynamic, fullgraph, /):
     except Exception as error:
         if not torch._dynamo.config.caching_precompile:
             raise
-        from torch._dynamo.package import DynamoCache
-        shutil.rmtree(DynamoCache.path_prefix(), ignore_errors=True)
-        raise UserError(f"Dynamo's cache in {DynamoCache.path_prefix()} held frames of {function.__qualname__} that "
+        shutil.rmtree(dynamo_frames(), ignore_errors=True)
+        raise UserError(f"Dynamo's cache in {dynamo_frames()} held frames of {function.__qualname__} that "
                         f"could not be loaded ({error!r}); it is deleted: start again") from error
 
 
@@ -2363,14 +2362,20 @@ def load_compile_cache(directory, gpu, log):
     inductor = Path(GIVEN_CACHE_DIRS["TORCHINDUCTOR_CACHE_DIR"] or path.resolve() / "inductor") / cache_name(gpu)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
     os.environ["TRITON_CACHE_DIR"] = GIVEN_CACHE_DIRS["TRITON_CACHE_DIR"] or str(path.resolve() / "triton")
-    drop_foreign_frames(dynamo_frames()[1], log)
     artifacts = artifacts_file(directory, gpu)
-    if not artifacts.exists():
-        return False
+    warm = artifacts.exists()
+    if warm:
+        load_artifacts(artifacts, gpu, log)
+    drop_foreign_frames(artifacts, log)
+    return warm
+
+
+def load_artifacts(artifacts, gpu, log):
+    """Load the portable cache artifacts file `artifacts` of GPU `gpu`, unless Inductor's cache holds them."""
     content = artifacts.read_bytes()
     digest, record = hashlib.sha256(content).hexdigest(), artifacts_in_cache(gpu)
     if record.exists() and record.read_text() == digest:
-        return True
+        return
     try:  # a corrupt file makes PyTorch log a warning of its own and return None; or it raises
         problem = "unreadable" if torch.compiler.load_cache_artifacts(content) is None else None
     except Exception as error:
@@ -2379,10 +2384,6 @@ def load_compile_cache(directory, gpu, log):
         log(f"warning: compile cache {artifacts} could not be loaded ({problem}); compiling from scratch")
     else:
         record.write_text(digest)
-    # the artifacts hold Dynamo's frames too, which their load has just written into its folder, unstamped: they
-    # are the artifacts' own source's
-    drop_foreign_frames(artifacts.with_suffix(".stamp"), log)
-    return True
 
 
 def save_compile_cache(directory, gpu):
@@ -2394,27 +2395,20 @@ def save_compile_cache(directory, gpu):
         partial.replace(artifacts)
         artifacts.with_suffix(".stamp").write_text(dynamo_stamp())  # after: an older stamp only drops frames
         artifacts_in_cache(gpu).write_text(hashlib.sha256(saved[0]).hexdigest())  # they came from these caches
-    frames, stamp = dynamo_frames()
-    if frames.exists():
-        stamp.write_text(dynamo_stamp())
 
 
 def dynamo_frames():
-    """The folder of Dynamo's saved frames (compile_regions), inside Inductor's cache, and the file in it that
-    names what saved them (dynamo_stamp)."""
+    """The folder of Dynamo's saved frames (compile_regions), inside Inductor's cache."""
     from torch._dynamo.package import DynamoCache
-    frames = Path(DynamoCache.path_prefix())
-    return frames, frames / "train_gpt.stamp"
+    return Path(DynamoCache.path_prefix())
 
 
-def drop_foreign_frames(stamp, log):
-    """Delete Dynamo's saved frames unless `stamp` (the frames' own, or that of the artifacts just loaded, which
-    wrote theirs into the folder) names this source and this torch; then the frames' own names them."""
-    frames, own = dynamo_frames()
-    if not frames.exists():
-        return
-    if stamp.is_file() and stamp.read_text() == dynamo_stamp():
-        own.write_text(dynamo_stamp())
+def drop_foreign_frames(artifacts, log):
+    """Delete Dynamo's saved frames unless the stamp beside `artifacts` names this source and this torch. The
+    frames come from the run that saved the artifacts, which hold them too: their load writes them into the folder
+    again (a fresh machine, a wiped cache)."""
+    frames, stamp = dynamo_frames(), artifacts.with_suffix(".stamp")
+    if not frames.exists() or stamp.is_file() and stamp.read_text() == dynamo_stamp():
         return
     shutil.rmtree(frames, ignore_errors=True)
     why = "were saved by another train_gpt.py or torch" if stamp.is_file() else "carry no stamp"

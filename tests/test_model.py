@@ -1901,7 +1901,7 @@ def test_dynamos_frames_saved_by_another_source_or_torch_are_deleted_before_they
     monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"saved", "info"))
     messages = []
     tg.load_compile_cache(tmp_path, 0, messages.append)
-    frames, stamp = tg.dynamo_frames()
+    frames, stamp = tg.dynamo_frames(), tg.artifacts_file(tmp_path, 0).with_suffix(".stamp")
     assert frames == tmp_path.resolve() / "inductor" / tg.cache_name(0) / "dynamo"
 
     def saved_frames():  # a compiled function's frames, as a run saves them
@@ -1932,13 +1932,13 @@ def test_dynamos_frames_saved_by_another_source_or_torch_are_deleted_before_they
 def test_dynamos_frames_that_loaded_artifacts_bring_are_kept_only_from_this_source(tmp_path, monkeypatch,
                                                                                     private_caches):
     """The artifacts hold Dynamo's frames too, and loading them (a fresh machine, or Inductor's cache wiped)
-    writes those into Dynamo's folder: they must be deleted unless the artifacts came from this source, and
-    else stamped as its own, so that the next run keeps them."""
+    writes those into Dynamo's folder: they must be deleted unless the artifacts came from this source, and kept
+    then, by this run and the next."""
     messages, edited = [], tmp_path / "edited.py"
     edited.write_text((ROOT / "train_gpt.py").read_text() + "# a setting changed\n")
     monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (b"saved", "info"))
     monkeypatch.setattr(torch.compiler, "load_cache_artifacts",  # as PyTorch writes the frames they hold
-                        lambda content: (tg.dynamo_frames()[0] / "key" / "entry").mkdir(parents=True) or "info")
+                        lambda content: (tg.dynamo_frames() / "key" / "entry").mkdir(parents=True) or "info")
     inductor = tmp_path / "inductor"
     for source, kept in ((edited, False), (ROOT / "train_gpt.py", True)):
         with monkeypatch.context() as m:  # a run of `source` saves its artifacts
@@ -1949,8 +1949,9 @@ def test_dynamos_frames_that_loaded_artifacts_bring_are_kept_only_from_this_sour
         tg.dynamo_stamp.cache_clear()
         shutil.rmtree(inductor)  # a fresh machine: the artifacts alone
         assert tg.load_compile_cache(tmp_path, 0, messages.append)
-        frames, stamp = tg.dynamo_frames()
-        assert (frames / "key" / "entry").is_dir() == kept and stamp.is_file() == kept, source
+        frames, stamp = tg.dynamo_frames(), tg.artifacts_file(tmp_path, 0).with_suffix(".stamp")
+        assert (frames / "key" / "entry").is_dir() == kept, source
+        assert (stamp.read_text() == tg.dynamo_stamp()) == kept, source
         assert sum("traced again" in message for message in messages) == (not kept), source
         messages.clear()
     tg.load_compile_cache(tmp_path, 0, messages.append)  # the next run keeps them
