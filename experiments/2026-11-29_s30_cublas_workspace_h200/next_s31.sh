@@ -4,7 +4,8 @@
 # Before: mkdir -p scratch; cp this script, next_s31_decide.py and ../2026-11-27_h100x2_stack_ab_records/collect.sh
 #   into scratch/;
 #   git checkout -b s31-gates main && git apply experiments/2026-11-29_s30_cublas_workspace_h200/gates_no_workspace.patch;
-#   the CPU suite (in a clone); commit; cp train_gpt.py scratch/train_gpt_gates.py; git checkout main;
+#   the CPU suite (in a clone); commit; cp train_gpt.py scratch/train_gpt_gates.py; cp tests/test_gpu.py
+#   scratch/test_gpu_gates.py (its GPU tests set up their process with init_process); git checkout main;
 #   git show main:train_gpt.py > scratch/train_gpt_main.py. Corpus .proxyB/ (proxy_train_000003.bin.xz and
 #   proxy_val_000000.bin.xz from ../shared/proxy-data/); carry [".proxyB", "scratch"].
 # Launch (main checked out): mkdir -p .proxy; cp .proxyB/* .proxy/; cp scratch/next_s31.sh /tmp/s31.sh;
@@ -32,6 +33,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader >> $R/progress
 python3 -c "import pathlib, benchmarks.proxy_record as p; p.decompress(pathlib.Path('.proxy'), pathlib.Path('data/proxy'))"
 cp -r /tmp/gt /tmp/gt_gates; cp scratch/train_gpt_gates.py /tmp/gt_gates/train_gpt.py
+cp scratch/test_gpu_gates.py /tmp/gt_gates/tests/test_gpu.py
 FLAGS=(--train_files "data/proxy/proxy_train_*.bin" --val_files "data/proxy/proxy_val_*.bin" --repeat_train_files
   --val_tokens 1835008 --prefix_table data/gpt2_prefix_tokens.npy --merge_table data/gpt2_merges.npy)
 wants () { [ $PART = all ] || [ $PART = $1 ]; }
