@@ -24,6 +24,13 @@
 #   and no stage longer by more than 0.1 ms in the mean; (2) passes; in (3) the branch's mean final val loss is not
 #   above main's by more than 0.003 and its mean training time not above main's. (1) decides the speed: a 1 % gain
 #   in stage 0 is under twice the proxy's seed spread. No more runs whatever the outcome.
+# Then, within PART=gates, if the device time allows (about 150 s, warm): smear_roll.patch (session 30, on top of the
+#   branch: the smear through one roll of e, not three slices; the eager backward loses 2 zeroed copies of e, 2 copies
+#   and an add a micro-batch, about 0.09 ms expected in stage 0). step_profile stage 0 at 49152, the branch then the
+#   branch with the smear patch, twice, on the branch's caches (the smear runs eager: the same compiled graphs).
+#   Measures only; it decides nothing.
+#   Before (besides the above): on s31-gates, git apply .../smear_roll.patch, cp train_gpt.py
+#   scratch/train_gpt_smear.py, git checkout train_gpt.py tests/test_model.py.
 # PART=x2 (a 2-GPU machine; measures, decides nothing): session 29's next_s30.sh x2 part on main (start-up cold,
 #   warm, warm on 2 GPUs; step_profile at 98304 twice), then step_profile at 98304 of the branch once; the whole
 #   GPU suite on main.
@@ -64,6 +71,15 @@ if wants gates && [ -n "$PASSED" ]; then
       --prefix_table data/gpt2_prefix_tokens.npy --merge_table data/gpt2_merges.npy < /dev/null \
       > $R/ttl_${arm}_s$seed.out 2>&1
     grep -h '^startup\|^final val_loss\|^peak_memory' $R/ttl_${arm}_s$seed/*.txt | cut -f1 | cut -c1-240 >> $R/progress
+  done; done
+  cp -r /tmp/gt_gates /tmp/gt_smear; cp scratch/train_gpt_smear.py /tmp/gt_smear/train_gpt.py
+  for k in 1 2; do for arm in gates smear; do
+    echo "=== step_profile at 49152 on GPU 0, stage 0: $arm ($k) $(date +%T)" >> $R/progress
+    (cd /tmp/gt_$arm && CUDA_VISIBLE_DEVICES=0 TORCHINDUCTOR_CACHE_DIR=/tmp/ind_gates TRITON_CACHE_DIR=/tmp/tri_gates \
+      timeout 300 python3 benchmarks/step_profile.py "${FLAGS[@]}" --stages 0 --batch_tokens 49152 < /dev/null \
+      > $R/smear_${arm}_$k.out 2>&1)
+    grep -A2 "^| stage | windows" $R/smear_${arm}_$k.out | cut -d'|' -f2,4,5,6,7,8,10 >> $R/progress
+    grep -h "Traceback\|Error" $R/smear_${arm}_$k.out | head -3 >> $R/progress
   done; done
 fi
 if wants x2; then
