@@ -1,35 +1,45 @@
 #!/bin/bash
 # Next session (32), written in session 31 and NOT RUN. One GPU (GPU 0); name the device in the note.
-# Session 31 ran session 30's next_s31.sh: its speed rule (1) and GPU tests (2) passed, but its time to loss (3) ran
-# on the corpus that the start-up measurements carry (.proxyB: shard 3 alone, 2.6M tokens, repeated 28 times: the
-# model memorised it, train loss 0.007, val loss 4.45) and lost its fourth run when the machine idled back. Rule (3),
-# as fixed in session 30, is taken here on the proxy corpus itself, the measure it names; (1) and (2) stand.
+# Two branches, each against main:
+# - gates: session 30's gates_no_workspace.patch (cuBLAS without a workspace, the gates as chunked matmuls).
+#   Session 31 ran its rule (session 30's next_s31.sh): the speed rule (1) and the GPU tests (2) passed, but the
+#   time to loss (3) ran on the corpus that start-up runs carry (.proxyB: shard 3 alone, 2.6M tokens read 28 times:
+#   train loss 0.007, val loss 4.45) and lost its fourth run with the machine. Rule (3), fixed in session 30, is
+#   taken here on the proxy corpus, the measure it names: merge if the branch's mean final val loss (seeds 0, 1) is
+#   not above main's by more than 0.003 and its mean training time not above main's. (1) and (2) stand.
+#   Its seed-0 run on the memorised corpus (no verdict): 58.39 s against 58.18 s, stage 1 +1.1 % (8 micro-batches
+#   a step on one GPU, against the per-rank profile's one, where it was 0.1 ms faster).
+# - embed: the experiment's embed_row_sums.patch (session 31's branch s31-embed): the 5 embeddings' backward (the 4
+#   value embeddings and the token embedding, the head's weight while tied) adds each table's gradient straight
+#   into its .grad through two Triton kernels over the tokens sorted once, instead of autograd's dense
+#   vocabulary-sized gradient per table (a fill, a sort, a scatter and an add each: about 0.2 ms a table a
+#   micro-batch at 16K tokens). Never run on a GPU: the kernels were checked in Triton's interpreter on the CPU and
+#   compiled for sm_90a ahead of time. Rule, fixed now: merge if (a) its GPU tests -k "row_sum or token_lookup or
+#   graphed" pass, (b) its mean training time (seeds 0, 1) is below main's by more than twice the larger seed spread
+#   of the two arms, and (c) its mean final val loss is not above main's by more than 0.003. No more runs whatever
+#   the outcome.
 #
 # The tree (48 MB) and the whole corpus (29.5 MB) pass the 64 MiB a call may carry, so the corpus goes over in
 # two calls, the second made AT ONCE after the first (the machine idles back after 30 s; think after, not between):
-#   before: mkdir -p .proxyA .proxyB scratch; cp ../shared/proxy-data/proxy_train_00000{1,3}.bin.xz
-#     ../shared/proxy-data/proxy_val_000000.bin.xz .proxyA/; rm -f .proxyB/*; cp ../shared/proxy-data/proxy_train_000002.bin.xz
-#     .proxyB/; cp this script, ../2026-11-27_h100x2_stack_ab_records/collect.sh into scratch/;
-#     git show s31-gates:train_gpt.py > scratch/train_gpt_gates.py (the branch: gates_no_workspace.patch of session
-#     30 applied to main); git show main:train_gpt.py > scratch/train_gpt_main.py; the smear: that branch with
-#     ../2026-11-29_s30_cublas_workspace_h200/smear_roll.patch applied, as scratch/train_gpt_smear.py;
-#     keep nothing else in scratch/ (the second call's tree is about 63 MB).
+#   before: mkdir -p .proxyA .proxyB scratch; rm -f .proxyA/* .proxyB/* scratch/*;
+#     cp ../shared/proxy-data/proxy_train_00000{1,3}.bin.xz ../shared/proxy-data/proxy_val_000000.bin.xz .proxyA/;
+#     cp ../shared/proxy-data/proxy_train_000002.bin.xz .proxyB/;
+#     cp this script and ../2026-11-27_h100x2_stack_ab_records/collect.sh into scratch/;
+#     git show main:train_gpt.py > scratch/train_gpt_main.py;
+#     main + ../2026-11-29_s30_cublas_workspace_h200/gates_no_workspace.patch: its train_gpt.py as
+#       scratch/train_gpt_gates.py;
+#     main + embed_row_sums.patch (here): its train_gpt.py and tests/test_gpu.py as scratch/train_gpt_embed.py and
+#       scratch/test_gpu_embed.py;
+#     main checked out, clean (the second call's tree is about 63 MB).
 #   call 1, carry [".proxyA"]:  mkdir -p /tmp/proxy && cp .proxyA/* /tmp/proxy/ && ls /tmp/proxy
-#   call 2, carry [".proxyB", "scratch"], main checked out:
+#   call 2, carry [".proxyB", "scratch"]:
 #     cp .proxyB/* /tmp/proxy/; cp scratch/next_s32.sh /tmp/s32.sh; setsid nohup bash /tmp/s32.sh > /tmp/s32.log 2>&1
 #     < /dev/null & sleep 2; bash scratch/collect.sh 560 "s32 done" /tmp/s32.log
 #   then `bash scratch/collect.sh 580 "s32 done" /tmp/s32.log` AT ONCE, as often as it takes.
-#
-# 1. Time to loss (decides): benchmarks/proxy_record.py on GPU 0, 185 + 3 steps, in the order main s0, gates s0,
-#    main s1, gates s1; each arm its own compile cache and Inductor and Triton caches, empty at first.
-#    Rule (session 30's, fixed then): merge the branch if its mean final val loss is not above main's by more than
-#    0.003 and its mean training time not above main's. No more runs whatever the outcome.
-#    Session 31's seed-0 pair on the memorised corpus (not a verdict): 58.39 s against 58.18 s (+0.36 %); by
-#    stage (stage_times.py) stage 0 -0.6 %, stage 1 +1.1 %, stage 2 +0.2 %: at the one-GPU batch (8 micro-batches
-#    a step) the branch may lose what it gains at the 8-GPU per-rank shape.
-# 2. Measures only: step_profile of stage 1 at the one-GPU proxy batch (393216 tokens, 8 micro-batches of 32K),
-#    main then gates, traces kept: where the one-GPU run's stage 1 loses.
-# 3. Measures only, if time is left: smear_roll.patch, stage 0 at 49152, gates then smear, twice (the gates' caches).
+# Order (about 25 min warm): 1. embed's kernel test (a GPU compile error shows here first); 2. time to loss,
+# 185 + 3 steps, main, gates, embed at seed 0, then at seed 1, each arm its own compile cache and Inductor and Triton
+# caches, empty at first; 3. step_profile at 49152 (the 8-GPU per-rank shape), stages 0-2, main then embed, twice
+# (measures); 4. embed's graphed-micro-step tests.
 R=/tmp/res; rm -rf $R /tmp/gt /tmp/gt_* /tmp/ind_* /tmp/tri_* /tmp/cc_*; mkdir -p $R; cp -r . /tmp/gt; cd /tmp/gt
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader >> $R/progress
@@ -37,10 +47,18 @@ if [ "$(ls /tmp/proxy/*.bin.xz | wc -l)" != 4 ]; then
   echo "=== /tmp/proxy lacks shards (a fresh machine?): make call 1 again; s32 done" >> $R/progress; exit 1
 fi
 python3 -c "import pathlib, benchmarks.proxy_record as p; p.decompress(pathlib.Path('/tmp/proxy'), pathlib.Path('data/proxy'))"
-for arm in gates smear; do cp -r /tmp/gt /tmp/gt_$arm; cp scratch/train_gpt_$arm.py /tmp/gt_$arm/train_gpt.py; done
+cp -r /tmp/gt /tmp/gt_embed; cp scratch/train_gpt_embed.py /tmp/gt_embed/train_gpt.py
+cp scratch/test_gpu_embed.py /tmp/gt_embed/tests/test_gpu.py
 FLAGS=(--train_files "data/proxy/proxy_train_*.bin" --val_files "data/proxy/proxy_val_*.bin" --repeat_train_files
   --val_tokens 1835008 --prefix_table data/gpt2_prefix_tokens.npy --merge_table data/gpt2_merges.npy)
-for seed in 0 1; do for arm in main gates; do
+gpu_tests () {  # $1: the -k expression; $2: the output's name
+  echo "=== embed's GPU tests: $1 $(date +%T)" >> $R/progress
+  (cd /tmp/gt_embed && CUDA_VISIBLE_DEVICES=0 TORCHINDUCTOR_CACHE_DIR=/tmp/ind_tests TRITON_CACHE_DIR=/tmp/tri_tests \
+    timeout 400 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py -k "$1" > $R/$2 2>&1)
+  tail -2 $R/$2 >> $R/progress; grep -m3 "Error\|assert" $R/$2 >> $R/progress
+}
+gpu_tests "row_sum or token_lookup" embed_test_row_sum.txt
+for seed in 0 1; do for arm in main gates embed; do
   echo "=== time to loss on GPU 0: $arm, seed $seed $(date +%T)" >> $R/progress
   CUDA_VISIBLE_DEVICES=0 TORCHINDUCTOR_CACHE_DIR=/tmp/ind_$arm TRITON_CACHE_DIR=/tmp/tri_$arm timeout 400 \
     python3 benchmarks/proxy_record.py --runs 1 --seed $seed --out $R/ttl_${arm}_s$seed --proxy /tmp/proxy \
@@ -48,23 +66,18 @@ for seed in 0 1; do for arm in main gates; do
     --prefix_table data/gpt2_prefix_tokens.npy --merge_table data/gpt2_merges.npy < /dev/null \
     > $R/ttl_${arm}_s$seed.out 2>&1
   grep -h '^final val_loss' $R/ttl_${arm}_s$seed/*.txt | cut -f1 >> $R/progress
+  grep -m2 "Error" $R/ttl_${arm}_s$seed.out >> $R/progress
 done; done
 python3 experiments/2026-11-27_h100x2_stack_ab_records/stage_times.py $R/ttl_*/2*.txt >> $R/progress 2>&1
-for arm in main gates; do
-  echo "=== step_profile stage 1 at 393216 on GPU 0: $arm $(date +%T)" >> $R/progress
-  dir=/tmp/gt; [ $arm = gates ] && dir=/tmp/gt_gates
+for k in 1 2; do for arm in main embed; do
+  echo "=== step_profile at 49152 on GPU 0, stages 0-2: $arm ($k) $(date +%T)" >> $R/progress
+  dir=/tmp/gt; [ $arm = embed ] && dir=/tmp/gt_embed
   (cd $dir && CUDA_VISIBLE_DEVICES=0 TORCHINDUCTOR_CACHE_DIR=/tmp/ind_$arm TRITON_CACHE_DIR=/tmp/tri_$arm \
-    timeout 400 python3 benchmarks/step_profile.py "${FLAGS[@]}" --stages 1 --trace_stage 1 < /dev/null \
-    > $R/p1_$arm.out 2>&1)
-  grep -A2 "^| stage | windows" $R/p1_$arm.out | cut -d'|' -f2,4,5,6,7,8,10 >> $R/progress
-  grep -h "Traceback\|Error" $R/p1_$arm.out | head -3 >> $R/progress
-  mkdir -p $R/p1_trace_$arm; cp $dir/traces/*.json.gz $R/p1_trace_$arm/ 2>/dev/null; rm -rf $dir/traces
-done
-for k in 1 2; do for arm in gates smear; do
-  echo "=== step_profile stage 0 at 49152 on GPU 0: $arm ($k) $(date +%T)" >> $R/progress
-  (cd /tmp/gt_$arm && CUDA_VISIBLE_DEVICES=0 TORCHINDUCTOR_CACHE_DIR=/tmp/ind_gates TRITON_CACHE_DIR=/tmp/tri_gates \
-    timeout 300 python3 benchmarks/step_profile.py "${FLAGS[@]}" --stages 0 --batch_tokens 49152 < /dev/null \
-    > $R/smear_${arm}_$k.out 2>&1)
-  grep -A2 "^| stage | windows" $R/smear_${arm}_$k.out | cut -d'|' -f2,4,5,6,7,8,10 >> $R/progress
+    timeout 400 python3 benchmarks/step_profile.py "${FLAGS[@]}" --batch_tokens 49152 --stages 0 1 2 --trace_stage 0 \
+    < /dev/null > $R/p_${arm}_$k.out 2>&1)
+  grep -A4 "^| stage | windows" $R/p_${arm}_$k.out | cut -d'|' -f2,4,5,6,7,8,10 >> $R/progress
+  grep -h "Traceback\|Error" $R/p_${arm}_$k.out | head -3 >> $R/progress
+  mkdir -p $R/p_trace_${arm}_$k; cp $dir/traces/*.json.gz $R/p_trace_${arm}_$k/ 2>/dev/null; rm -rf $dir/traces
 done; done
+gpu_tests graphed embed_test_graphed.txt
 echo "=== s32 done $(date +%T)" >> $R/progress
