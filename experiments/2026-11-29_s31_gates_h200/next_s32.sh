@@ -13,11 +13,11 @@
 #   value embeddings and the token embedding, the head's weight while tied) adds each table's gradient straight
 #   into its .grad through two Triton kernels over the tokens sorted once, instead of autograd's dense
 #   vocabulary-sized gradient per table (a fill, a sort, a scatter and an add each: about 0.2 ms a table a
-#   micro-batch at 16K tokens); the n-gram cache's lookups likewise (their bf16 atomic index_add_, 0.11 ms each). Never run on a GPU: the kernels were checked in Triton's interpreter on the CPU and
-#   compiled for sm_90a ahead of time. Rule, fixed now: merge if (a) its GPU tests -k "row_sum or row_lookup or
-#   graphed" pass, (b) its mean training time (seeds 0, 1) is below main's by more than twice the larger seed spread
-#   of the two arms, and (c) its mean final val loss is not above main's by more than 0.003. No more runs whatever
-#   the outcome.
+#   micro-batch at 16K tokens); the n-gram cache's lookups likewise (their bf16 atomic index_add_, 0.11 ms each).
+#   Never run on a GPU: the kernels were checked in Triton's interpreter on the CPU and compiled for sm_90a ahead of
+#   time. Rule, fixed now: merge if (a) its GPU tests -k "row_sum or row_lookup or graphed" pass, (b) its mean
+#   training time (seeds 0, 1) is below main's by more than twice the larger seed spread of the two arms, and (c)
+#   its mean final val loss is not above main's by more than 0.003. No more runs whatever the outcome.
 #
 # The tree (48 MB) and the whole corpus (29.5 MB) pass the 64 MiB a call may carry, so the corpus goes over in
 # two calls, the second made AT ONCE after the first (the machine idles back after 30 s; think after, not between):
