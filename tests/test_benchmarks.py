@@ -1,5 +1,5 @@
-"""The arithmetic of the benchmarks: exposed communication, proxy run seeds, a run's steps, step times from
-loss reads, copies overlapping compute."""
+"""The arithmetic of the benchmarks: exposed communication, proxy run seeds and corpus, a run's steps, step times
+from loss reads, copies overlapping compute."""
 import json
 import math
 import subprocess
@@ -7,11 +7,13 @@ import sys
 import time
 import types
 
+import numpy as np
 import pytest
 import torch
 
 import train_gpt as tg
 from benchmarks import loader_overlap, proxy_record, startup_profile, step_ab, step_profile  # conftest: repo root
+from conftest import write_shard
 
 
 @pytest.mark.parametrize("communication, compute, exposed", [
@@ -205,6 +207,28 @@ def test_proxy_record_finds_each_runs_log_by_the_run_id_it_prints(capsys):
         proxy_record.run_logged([sys.executable, "-c", "print('run_id: 20261127_010203_abcdef'); exit(3)"])
     with pytest.raises(SystemExit, match="no run_id"):
         proxy_record.run_logged([sys.executable, "-c", "print('final val_loss:1.9')"])
+
+
+def test_proxy_record_refuses_a_corpus_that_is_not_the_whole_proxy_corpus(tmp_path, monkeypatch):
+    """check_corpus passes the corpus whole, and stops with each problem named: a shard missing (session 31's
+    runs read shard 3 alone and memorised it), a shard of another size, a truncated shard, a stray shard that the
+    runs' patterns would read too."""
+    monkeypatch.setattr(proxy_record, "PROXY_SHARDS", {"proxy_train_000001.bin": 300, "proxy_train_000002.bin": 200,
+                                                       "proxy_val_000000.bin": 100})
+    for name, tokens in proxy_record.PROXY_SHARDS.items():
+        write_shard(tmp_path / name, np.full(tokens, 50256, dtype=np.uint16))
+    proxy_record.check_corpus(tmp_path)
+    (tmp_path / "proxy_train_000002.bin").unlink()
+    write_shard(tmp_path / "proxy_train_000003.bin", np.full(10, 50256, dtype=np.uint16))
+    write_shard(tmp_path / "proxy_val_000000.bin", np.full(99, 50256, dtype=np.uint16))
+    with open(tmp_path / "proxy_train_000001.bin", "r+b") as shard:
+        shard.truncate(1024 + 2 * 299)
+    with pytest.raises(SystemExit) as stop:
+        proxy_record.check_corpus(tmp_path)
+    message = str(stop.value)
+    for part in ("proxy_train_000002.bin missing", "proxy_train_000003.bin is no shard of the proxy corpus",
+                 "proxy_val_000000.bin holds 99 tokens, not 100", "proxy_train_000001.bin: truncated by 2 bytes"):
+        assert part in message, part
 
 
 def test_loader_overlap_step_time_is_the_median_pair_of_steps_between_loss_reads():
