@@ -67,6 +67,64 @@ def test_cross_entropy_kernel_equals_reference_formula(terms):
     assert torch.equal(grad_t.T.view(torch.uint8), grad.view(torch.uint8))
 
 
+@pytest.mark.parametrize("tokens", [16384, 1000])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_row_sum_kernels_add_each_token_s_rows_into_out_as_float64_rounded_once(tokens, dtype):
+    """add_row_sums' Triton kernels against float64, on Zipf-like ids (a run of one token spans many windows, as
+    the commas of a 48K batch do), a token count that is no multiple of the windows, and the model's width (768),
+    into a bf16 table's gradient (a value embedding's) or a float32
+    one (the head's, while tied): bf16 rows are the exact sums rounded once, but for rounding edges (float32 sums
+    in another order), by one step; float32 rows within float32's rounding of the sums; rows of absent tokens
+    untouched; and the same result twice (deterministic)."""
+    torch.manual_seed(0)
+    ids = torch.minimum((50304 * torch.rand(tokens, device="cuda") ** 6).int(), torch.tensor(50303, device="cuda"))
+    assert torch.bincount(ids).max() > 2 * tg.ROW_SUM_TILES["WINDOW"]
+    grad = torch.randn(tokens, 768, device="cuda").bfloat16()
+    out = torch.randn(50304, 768, device="cuda").to(dtype)
+    sorted_ids, order = torch.sort(ids, stable=True)
+    got, again = out.clone(), out.clone()
+    tg.add_row_sums(got, grad, sorted_ids, order)
+    tg.add_row_sums(again, grad, sorted_ids, order)
+    exact = out.double().index_add(0, ids.long(), grad.double())
+    assert torch.equal(got, again)
+    absent = torch.ones(50304, dtype=torch.bool, device="cuda")
+    absent[ids.long()] = False
+    assert torch.equal(got[absent], out[absent])
+    if dtype == torch.float32:
+        bound = 1e-5 * (out.double().abs() + torch.zeros_like(exact).index_add(0, ids.long(), grad.double().abs()))
+        assert ((got.double() - exact).abs() <= bound + 1e-30).all()
+        return
+    rounded = exact.bfloat16()
+    differ = got != rounded
+    assert differ.float().mean().item() < 1e-3
+    step = rounded.float().abs() * 2**-7  # bf16 keeps 7 mantissa bits
+    assert ((got.float() - rounded.float())[differ].abs() <= step[differ]).all()
+
+
+def test_row_lookup_s_tables_post_accumulate_hooks_see_their_whole_gradients():
+    """On the GPU machines' torch: RowLookup returns no gradient for its tables, and autograd still runs their
+    post-accumulate hooks (GradientEvents' count of a reduction's parameters) after its backward wrote them, and,
+    for a table a matmul also reads (the tied head), after both."""
+    torch.manual_seed(0)
+    tables = [torch.nn.Parameter(torch.randn(1000, 64, device="cuda").to(dtype)) for dtype in
+              (torch.bfloat16, torch.float32)]
+    hooked = {}
+
+    def hook(i):
+        def seen(p):
+            hooked[i] = p.grad.clone()
+        return seen
+
+    for i, t in enumerate(tables):
+        t.register_post_accumulate_grad_hook(hook(i))
+    ids = torch.randint(0, 1000, (4096,), device="cuda", dtype=torch.int32)
+    rows = tg.RowLookup.apply(ids, torch.bfloat16, *tables)
+    x = torch.randn(8, 64, device="cuda")
+    (sum(r.float().sum() for r in rows) + (x @ tables[1].T).sum()).backward()
+    assert sorted(hooked) == [0, 1] and all(torch.equal(hooked[i], t.grad) for i, t in enumerate(tables))
+    assert torch.equal(tables[0].grad.float().sum(1), 64 * torch.bincount(ids, minlength=1000).float())
+
+
 def test_fp8_head_loss_matches_float_reference_compiled():
     """Full size, compiled as in training: loss and both gradients of the FP8 head against float64."""
     if torch.cuda.get_device_capability() < (9, 0):
@@ -512,8 +570,8 @@ def test_graphed_micro_steps_equal_uncaptured_ones():
     # Weights are compared with the distance the four steps moved them, summed over each optimizer's parameters:
     # a graph holds a micro-batch's whole forward and backward pass, so a step lost or applied twice moves all
     # of them, by about a quarter of the four steps' distance. Smaller sums are no measure: the kernels are not
-    # deterministic (FlashAttention's backward, the embeddings' scatter-adds), and Polar Express and Adam turn
-    # rounding in weak gradient directions into whole updates. Summed over PARAMETER_TABLE's rows, graphed and
+    # deterministic (FlashAttention's backward), and Polar Express and Adam turn rounding in weak gradient
+    # directions into whole updates. Summed over PARAMETER_TABLE's rows, graphed and
     # uncaptured runs differed by up to 43 % of a row's distance (the scalars, on an H100, while two uncaptured
     # runs agreed there to 0.1 %; Adam moves a scalar of near-zero gradient by its full step, either way), 20 %
     # (the value gates) and 13 % (a value embedding); an H200 gave 21 % for one matrix. Summed per optimizer, in

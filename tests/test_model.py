@@ -783,6 +783,42 @@ def test_gradient_events_record_each_group_once_a_pass_after_all_its_gradients()
         assert model.embed.weight not in recorded[3] and recorded[3] == events.final_so_far
 
 
+def test_row_lookup_adds_each_table_s_gradient_into_its_grad_as_autograd_would():
+    """RowLookup's rows are F.embedding's in the dtype asked, and its backward adds each table's gradient into
+    the .grad it has (or zeros, if it has none) as autograd adds F.embedding's, repeated tokens included; a table
+    that a matmul also reads (the head's weight while tied) gets both gradients; each table's post-accumulate hook
+    (GradientEvents') runs after its gradient is whole; a table whose rows the loss does not read keeps none."""
+    torch.manual_seed(0)
+    tables = [torch.nn.Parameter(torch.randn(50, 8, dtype=torch.float64)) for _ in range(4)]
+    copies = [torch.nn.Parameter(t.detach().clone()) for t in tables]
+    tables[0].grad = torch.randn_like(tables[0])  # the first already holds a gradient
+    copies[0].grad = tables[0].grad.clone()
+    ids = torch.randint(0, 50, (200,), dtype=torch.int32)
+    assert torch.bincount(ids).max() > 1
+    weights = [torch.randn(200, 8) for _ in range(3)]
+    x = torch.randn(5, 8, dtype=torch.float64)
+    hooked = {}  # each table's gradient as its post-accumulate hook sees it
+
+    def hook(i):
+        def seen(p):
+            hooked[i] = None if p.grad is None else p.grad.clone()
+        return seen
+
+    for i, t in enumerate(tables):
+        t.register_post_accumulate_grad_hook(hook(i))
+    rows = tg.RowLookup.apply(ids, torch.float32, *tables)
+    assert all(r.dtype == torch.float32 and torch.equal(r, F.embedding(ids, t).float()) for r, t in zip(rows, tables))
+    loss = sum((r * w).sum() for r, w in zip(rows, weights)) + (x @ tables[2].T).square().sum()  # the fourth unread
+    loss.backward()
+    loss = (sum((F.embedding(ids, c).float() * w).sum() for c, w in zip(copies, weights))
+            + (x @ copies[2].T).square().sum())
+    loss.backward()
+    for t, c in zip(tables[:3], copies):
+        assert torch.allclose(t.grad, c.grad, rtol=1e-6, atol=1e-6)
+    assert all(torch.equal(hooked[i], tables[i].grad) for i in range(3))
+    assert tables[3].grad is None and hooked.get(3) is None
+
+
 ADAM = dict(lr=0.01, betas=(0.8, 0.95), wd=3.0, eps=1e-10)
 
 
