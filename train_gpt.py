@@ -284,6 +284,21 @@ class CastedLinear(nn.Linear):
         return F.linear(x, self.weight.type_as(x))
 
 
+class Gate(CastedLinear):
+    """A gate's logits from a dozen channels, x @ weight.T, as a batched matmul over up to 64 chunks of the tokens:
+    its weight's gradient, a sum over every token of a micro-batch into a few dozen numbers, is then a matmul per
+    chunk, a block each, and a sum. As one matmul, cuBLAS split that sum across its workspace (32 to 171 ways),
+    and without a workspace (init_process) it ran on a single block: 2.8 ms more a step (stage 0 at the 8-GPU
+    per-rank shape, one H200, session 30). Summed in Inductor's code as products, those gradients took 2.5 ms.
+    Compiled at static shapes only (math.gcd takes no symbolic size); a token count that is not a multiple of 64,
+    which no training or validation shape has, is split into fewer chunks."""
+
+    def forward(self, x):
+        chunks = math.gcd(x.size(0), 64)
+        weight = self.weight.type_as(x).t().expand(chunks, -1, -1)
+        return torch.bmm(x.unflatten(0, (chunks, -1)), weight).flatten(0, 1)
+
+
 class Rotary(nn.Module):
     """Rotary position embedding on half of each head's dimension pairs (the rest carry no position),
     shared by every layer, and the attention scale that goes with it.
@@ -337,8 +352,8 @@ class Attention(nn.Module):
         self.value_scale = nn.Parameter(torch.tensor(0.5))  # the own values' share
         # with a value embedding, how much of it each head takes: 2 sigmoid(.) of x[:6] and the embedding's [:6],
         # 1 at first (the public record's #55)
-        self.value_gate = CastedLinear(12, self.num_heads, zero_init=True) if value_embed else None
-        self.gate = CastedLinear(12, self.num_heads, zero_init=True)  # per-head output gate from x[:12]
+        self.value_gate = Gate(12, self.num_heads, zero_init=True) if value_embed else None
+        self.gate = Gate(12, self.num_heads, zero_init=True)  # per-head output gate from x[:12]
         self.xsa = nn.Parameter(torch.zeros(self.num_heads))  # exclusive self-attention per head, tanh'd: 0 is off
         self.out = CastedLinear(dim, dim)  # not zero, as the public record's #64: attention learns from step 0
 
@@ -714,7 +729,7 @@ class GPT(nn.Module):
         self.embed = nn.Embedding(args.vocab_size, dim)  # unused while tied: the head's weight stands in
         self.graphs = None  # on CUDA, build_model's MicroStepGraphs
         self.grad_events = None  # with several ranks, make_optimizers' GradientEvents
-        self.smear_gate = CastedLinear(12, 1, zero_init=True)  # how much of the previous token, from e[:12]
+        self.smear_gate = Gate(12, 1, zero_init=True)  # how much of the previous token, from e[:12]
         self.smear_lambda = nn.Parameter(torch.zeros(()))  # zero: the smear starts as a no-op
         # a step's tokens read at most two rows each: the cache's room, at the largest batch of one rank
         capacity = 2 * max(args.batch_tokens // world_size, args.val_seq_tokens)
@@ -751,7 +766,7 @@ class GPT(nn.Module):
     def smear(self, e):
         """Each token's embedding plus a gated share of the previous token's (the public record's #34): a
         one-token look-back before any attention. It crosses document starts, as the record's does."""
-        share = self.smear_lambda * torch.sigmoid(self.smear_gate(e[1:, :12]))
+        share = self.smear_lambda * torch.sigmoid(self.smear_gate(e[:, :12])[1:])  # all tokens: Gate's chunks divide
         return torch.cat([e[:1], e[1:] + share * e[:-1]])
 
     @torch.no_grad()
@@ -2317,9 +2332,10 @@ def environment(world_size, device):
 
 
 # Settings that change a run's speed or numbers without showing in its command line (NCCL_MAX_CTAS=8 slowed a
-# two-GPU run by 0.7 %, session 17): their variables are logged, nothing else of the environment
+# two-GPU run by 0.7 %, session 17): their variables are logged, nothing else of the environment (init_process's
+# own cuBLAS settings among them)
 LOGGED_VARIABLE_PREFIXES = ("NCCL_", "TORCH_", "TORCHINDUCTOR_", "TORCHDYNAMO_", "PYTORCH_", "TRITON_", "CUDA_",
-                            "CUBLAS_", "CUDNN_", "OMP_NUM_THREADS")
+                            "CUBLAS_", "CUBLASLT_", "CUDNN_", "OMP_NUM_THREADS")
 
 
 def environment_variables():
@@ -2685,6 +2701,13 @@ def init_process():
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
+        # before cuBLAS starts: without a workspace, it takes for most matmuls an algorithm of the same speed that
+        # needs none, instead of one that has a counter in the workspace zeroed first, a memset and about 4 us of
+        # an idle GPU around it, 77 a step (its split sums need a workspace too: Gate). Stage 0 at the 8-GPU
+        # per-rank shape on one H200 (session 30): 23.0 against 23.3 ms a step, the GPU busy 97.0 against 95.4 %.
+        # Given either variable, the user's choice stands: set neither (cuBLASLt may share cuBLAS's workspace).
+        if not any(name in os.environ for name in ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE")):
+            os.environ.update(CUBLAS_WORKSPACE_CONFIG=":0:0", CUBLASLT_WORKSPACE_SIZE="0")
         torch.cuda.set_device(device)
     if world_size > 1:
         dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)

@@ -65,7 +65,7 @@ def measure(module_path, steps, flags):
 
 def measure_stages(tg, steps, flags):
     args = tg.parse_args(flags)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    _, _, device = tg.init_process()  # as the revision trains: its device, its cuBLAS settings
     model = tg.build_model(args, device, 1)
     loader = tg.PrefetchLoader(tg.train_source(args, 0, 1, pin_memory=device.type == "cuda"), device)
     optimizers = tg.make_optimizers(model, args, 1)

@@ -102,6 +102,26 @@ def test_command_line_error_has_no_traceback(workdir):
                                        "over world_size 1; choose sizes that divide"]
 
 
+@pytest.mark.parametrize("given", [{}, {"CUBLASLT_WORKSPACE_SIZE": "1024"}, {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}])
+def test_a_gpu_process_leaves_cublas_without_a_workspace_unless_the_user_gave_it_one(given, monkeypatch):
+    """init_process on a (faked) GPU sets both of cuBLAS's workspace variables to none before the device is set,
+    so before cuBLAS starts (its matmuls then zero no counter in a workspace first). Given either, it sets neither:
+    cuBLASLt may share cuBLAS's workspace, which would cap a size given for the one at none set for the other."""
+    variables = ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK") + variables:
+        monkeypatch.setenv(name, "")  # so that the test's end removes what init_process sets
+        monkeypatch.delenv(name)
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    seen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: seen.append(
+        (device, {name: os.environ[name] for name in variables if name in os.environ})))
+    assert tg.init_process() == (0, 1, torch.device("cuda", 0))
+    expected = given or {"CUBLAS_WORKSPACE_CONFIG": ":0:0", "CUBLASLT_WORKSPACE_SIZE": "0"}
+    assert seen == [(torch.device("cuda", 0), expected)]
+
+
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU machine: run.sh would train on its GPUs")
 def test_run_sh_without_a_gpu_runs_the_smoke_run_and_says_so(tmp_path):
     """The README's first command on a machine without a GPU: the smoke run, announced on stderr."""

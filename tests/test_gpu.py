@@ -23,6 +23,13 @@ from conftest import (ROOT, check_nan_stops_the_run, environment_without_cache_d
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def as_training_sets_up_its_process():
+    """init_process before any test here uses cuBLAS, which reads its workspace variables once: the tests run
+    cuBLAS as training does."""
+    tg.init_process()
+
+
 @pytest.mark.parametrize("window", [64, 300, 4096])
 def test_varlen_attention_matches_dense(window):
     torch.manual_seed(0)

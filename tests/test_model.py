@@ -2104,6 +2104,42 @@ def test_smear_adds_a_gated_share_of_the_previous_token_and_starts_as_a_no_op():
     assert tg.param_config("smear_gate.weight").lr_mul == 0.01 and tg.param_config("smear_lambda").wd_mul == 0
 
 
+def test_a_gate_is_its_channels_times_its_weight_taken_as_a_batched_matmul_over_chunks_of_the_tokens(monkeypatch):
+    """Gate: x @ weight.T, in value and gradients, at any token count. The tokens come in gcd(tokens, 64) chunks,
+    so that the weight's gradient is a sum of small matmuls, none over every token. Every gate of the model is one."""
+    chunked, bmm = [], torch.bmm
+    monkeypatch.setattr(torch, "bmm", lambda a, b: chunked.append(tuple(a.shape)) or bmm(a, b))
+    torch.manual_seed(0)
+    gate = tg.Gate(12, 6)
+    with torch.no_grad():
+        gate.weight.normal_()
+    for tokens, chunks in ((192, 64), (40, 8), (15, 1)):
+        x, dy = torch.randn(tokens, 20), torch.randn(tokens, 6)
+        mine, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+        weight = gate.weight.detach().clone().requires_grad_()
+        gate.weight.grad = None
+        y = gate(mine[:, :12])
+        (y * dy).sum().backward()
+        ((theirs[:, :12] @ weight.T) * dy).sum().backward()
+        assert chunked[-1] == (chunks, tokens // chunks, 12)
+        assert rel_error(y, theirs[:, :12] @ weight.T) < 1e-6
+        assert rel_error(gate.weight.grad, weight.grad) < 1e-6 and rel_error(mine.grad, theirs.grad) < 1e-6
+    model = tg.GPT(SMOKE, fp8=False)
+    gates = [model.smear_gate] + [getattr(block.attn, name) for block in model.blocks if block.attn is not None
+                                  for name in ("gate", "value_gate") if getattr(block.attn, name) is not None]
+    assert len(gates) > 3 and all(isinstance(gate, tg.Gate) for gate in gates)
+
+
+def test_the_smear_gate_reads_every_token_so_that_its_chunks_divide_the_batch(monkeypatch):
+    """The smear's share for tokens 1.. comes from the gate over all tokens, the first's dropped: over tokens 1..
+    alone, an even micro-batch left an odd count, a single chunk."""
+    chunked, bmm = [], torch.bmm
+    monkeypatch.setattr(torch, "bmm", lambda a, b: chunked.append(tuple(a.shape)) or bmm(a, b))
+    model = tg.GPT(SMOKE, fp8=False)
+    model.smear(torch.randn(128, SMOKE.model_dim))
+    assert chunked == [(64, 2, 12)]
+
+
 def block_calls(model):
     """Run the model on one document of 64 random tokens; return the tokens and, per layer, the arguments its
     block was called with and what it returned."""
