@@ -3,14 +3,15 @@
 # 1. main (d961f87 or later: the gates and RowLookup merged one after the other in session 32, never run together on
 #    a GPU): its GPU tests -k "row_sum or row_lookup or compiled_model or graphed". A failure here comes first:
 #    fix main before anything else.
-# 2. The branch s32-rowsums (row_sums_one_pass.patch here): a window adds its runs that lie inside it straight into
-#    .grad, only the runs crossing its edges go through a buffer (main's kernels write every run's float32 sums to a
-#    tokens x width buffer and read them back). Bit-identical to main's kernels (row_sums_interpreter_check.py, 300
-#    cases in Triton's interpreter), so no time to loss is needed: the rule is speed and tests. Fixed now:
-#    a. benchmarks/row_sums.py on the proxy val shard's ids times main's kernels and the branch's at 5 tile
+# 2. The branch s32-rowsums (row_sums_one_pass.patch here): a program for each window and block of columns (main's
+#    loop over the columns in 256 programs at 16K tokens), and a window adds its runs that lie inside it straight
+#    into .grad, only the runs crossing its edges going through a buffer. Bit-identical to main's kernels
+#    (row_sums_interpreter_check.py, 300 cases in Triton's interpreter), so no time to loss is needed: the rule is
+#    speed and tests. Fixed now:
+#    a. benchmarks/row_sums.py on the proxy val shard's ids times main's kernels and the branch's at 6 tile
 #       settings; the setting with the least total time over its 4 rows (16K and 48K tokens, bf16 and float32
 #       tables) becomes the branch's ROW_SUM_TILES (the script writes it into the branch's copy; if the bench
-#       fails, the branch keeps its own, 64, 32, 4);
+#       fails, the branch keeps its own, 64, 64, 8);
 #    b. the branch's GPU tests -k "row_sum or row_lookup or graphed" pass with it;
 #    c. step_profile at 49152 (the 8-GPU per-rank shape), stages 0-2, main then branch, twice: merge if the mean
 #       of the branch's two rounds is below main's in stage 0 and not above main's by more than 0.5 % in stages 1
@@ -50,7 +51,7 @@ CUDA_VISIBLE_DEVICES=0 TRITON_CACHE_DIR=/tmp/tri_bench timeout 300 python3 bench
   --script train_gpt.py --shard data/proxy/proxy_val_000000.bin > $R/bench_main.txt 2>&1
 CUDA_VISIBLE_DEVICES=0 TRITON_CACHE_DIR=/tmp/tri_bench timeout 300 python3 benchmarks/row_sums.py \
   --script scratch/train_gpt_rowsums.py --shard data/proxy/proxy_val_000000.bin \
-  --tiles 64,32,4 64,64,4 64,32,8 64,64,8 32,32,4 > $R/bench_tiles.txt 2>&1
+  --tiles 64,64,8 64,64,4 64,32,4 32,64,4 64,128,8 32,32,4 > $R/bench_tiles.txt 2>&1
 cat $R/bench_main.txt $R/bench_tiles.txt | grep "^|\|rror" >> $R/progress
 TILES=$(python3 - $R/bench_tiles.txt <<'EOF'
 import collections, sys
@@ -63,7 +64,7 @@ w, c, n = min(total, key=total.get).split(",")
 print(f"WINDOW={w}, COLS={c}, num_warps={n}")
 EOF
 )
-[ -z "$TILES" ] && TILES="WINDOW=64, COLS=32, num_warps=4" && echo "=== the bench failed: the branch's own tiles" >> $R/progress
+[ -z "$TILES" ] && TILES="WINDOW=64, COLS=64, num_warps=8" && echo "=== the bench failed: the branch's own tiles" >> $R/progress
 echo "=== chosen tiles: $TILES" >> $R/progress
 sed -i "s/^ROW_SUM_TILES = dict(.*)$/ROW_SUM_TILES = dict($TILES)/" /tmp/gt_rowsums/train_gpt.py
 grep "^ROW_SUM_TILES" /tmp/gt_rowsums/train_gpt.py >> $R/progress; cp /tmp/gt_rowsums/train_gpt.py $R/train_gpt_rowsums.py

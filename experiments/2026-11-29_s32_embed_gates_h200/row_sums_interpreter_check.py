@@ -1,6 +1,6 @@
 """Session 32's check of the one-pass row-sum kernels (branch s32-rowsums, row_sums_one_pass.patch) in Triton's
 interpreter, on the CPU: N random cases (windows of 4 to 16, runs within and across windows, up to 40 windows
-long), each exact against float64 with integer-valued gradients, and bit-identical to main's kernels (d961f87) with
+long, 1 to 3 blocks of columns), each exact against float64 with integer-valued gradients, and bit-identical to main's kernels (d961f87) with
 random ones. Usage, with main's train_gpt.py as old_tg.py and the branch's as new_tg.py in FOLDER:
     TRITON_INTERPRET=1 PYTHONPATH=<triton 3.6> python3 row_sums_interpreter_check.py N FOLDER
 300 cases passed; with the `~goes_on` of `within` taken out, case 1 failed (the check can fail)."""
@@ -12,8 +12,8 @@ def run_new(out, grad, sorted_ids, order, tiles):
     T, D = grad.shape
     windows = triton.cdiv(T, tiles["WINDOW"])
     edge = torch.full((2, windows, D), float("nan"))
-    new_tg.window_run_sums_kernel[(windows,)](grad, sorted_ids, order, out, edge, T, D=D, **tiles)
-    new_tg.crossing_run_totals_kernel[(windows,)](edge, sorted_ids, out, T, D=D, **tiles)
+    new_tg.window_run_sums_kernel[(windows, triton.cdiv(D, tiles["COLS"]))](grad, sorted_ids, order, out, edge, T, D=D, **tiles)
+    new_tg.crossing_run_totals_kernel[(windows, triton.cdiv(D, tiles["COLS"]))](edge, sorted_ids, out, T, D=D, **tiles)
 
 def run_old(out, grad, sorted_ids, order, tiles):
     T, D = grad.shape
