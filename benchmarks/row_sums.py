@@ -6,11 +6,12 @@ each tile setting, against autograd's backward of an embedding, which they repla
 
 Each row is one table's gradient (the model's width, the vocabulary's rows) for one micro-batch of TOKENS: the
 ids sorted once, then add_row_sums into a bf16 table (a value embedding's) or a float32 one (the head's weight,
-while tied). The ids are a shard's first tokens, or Zipf-like ones without --shard. Times are medians of CUDA-event
-timings after a warm-up, in microseconds; the ratio is against autograd's backward of F.embedding into the same
-table (its dense gradient of the table's size, added into .grad). Tile settings are ROW_SUM_TILES' (WINDOW, COLS,
-num_warps); none given: the script's own. One script a process (two copies of train_gpt.py would define its
-custom ops twice): compare revisions in one call, one after another.
+while tied). The ids are a shard's first tokens, or Zipf-like ones without --shard. Times are a call's GPU time in
+microseconds (median_us: replays of a CUDA graph of calls, as training replays its micro-steps); the ratio is
+against autograd's backward of F.embedding into the same table (its dense gradient of the table's size, added
+into .grad). Tile settings are ROW_SUM_TILES' (WINDOW, COLS, num_warps); none given: the script's own. One
+script a process (two copies of train_gpt.py would define its custom ops twice): compare revisions in one call,
+one after another.
 """
 import argparse
 import importlib.util
@@ -34,17 +35,25 @@ def load(path, name):
     return module
 
 
-def median_us(work, repeats=50, warmup=5):
-    for _ in range(warmup):
+def median_us(work, calls=10, repeats=20):
+    """work's GPU time a call: `calls` of it captured in a CUDA graph, as training runs them, so that no launch
+    from the host enters the time; the median over `repeats` replays."""
+    for _ in range(3):  # compiles
         work()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            work()
+    graph.replay()
     times = []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        work()
+        graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1000)
+        times.append(start.elapsed_time(end) * 1000 / calls)
     return statistics.median(times)
 
 
