@@ -31,6 +31,7 @@ def load_module(path):
     """Another train_gpt.py as a module, its operators renamed (torch registers an operator's name once)."""
     module = types.ModuleType("baseline_train_gpt")
     module.__file__ = str(path)
+    sys.modules[module.__name__] = module  # dataclasses look their class's module up there
     source = Path(path).read_text().replace('"train_gpt::', '"baseline_train_gpt::')
     exec(compile(source, str(path), "exec"), module.__dict__)
     return module

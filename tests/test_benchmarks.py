@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import train_gpt as tg
-from benchmarks import loader_overlap, proxy_record, startup_profile, step_ab, step_profile  # conftest: repo root
+from benchmarks import ce_kernel, loader_overlap, proxy_record, startup_profile, step_ab, step_profile  # conftest: root
 from conftest import write_shard
 
 
@@ -181,6 +181,15 @@ def test_step_ab_table_names_a_revision_whose_loss_was_not_finite():
     assert lines[5:] == ["branch: THE LOSS WAS NOT FINITE from stage 0, step 1 on: these are not a training run's "
                          "step times; do not compare them"]
     assert len(step_ab.table([("main", result)], 10, "CPU")) == 4
+
+
+def test_a_baseline_revision_loads_beside_train_gpt_with_its_own_operators():
+    """The kernel benchmarks' --baseline (ce_kernel.load_module, which row_sums.py shares): another train_gpt.py
+    loads in the same process (its dataclasses too), its custom operators under their own names."""
+    baseline = ce_kernel.load_module(tg.__file__)
+    assert baseline is not tg and baseline.Hyperparameters is not tg.Hyperparameters
+    assert baseline.parse_args(["--seed", "3"]).seed == 3
+    assert hasattr(torch.ops.baseline_train_gpt, "relu_square_linear")
 
 
 def test_proxy_runs_each_draw_their_own_seed_unless_one_is_given():
