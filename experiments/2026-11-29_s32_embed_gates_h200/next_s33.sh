@@ -18,6 +18,7 @@
 #    c. step_profile at 49152 (the 8-GPU per-rank shape), stages 0-2, main then branch, twice: merge if the mean
 #       of the branch's two rounds is below main's in stage 0 and not above main's by more than 0.5 % in stages 1
 #       and 2. Merge with the chosen tiles. No more runs whatever the outcome.
+# Session 33, lent nvidia-h200-x2, ran PART 2 first and then PART 1 on GPU 0 of the same machine (main's tests once).
 # PART 2, two GPUs: measures, no merge rule, the step issue's open bars on main (the gates, no cuBLAS workspace and
 # RowLookup have not run on 2 GPUs yet):
 # 1. main's GPU tests -k "row_sum or row_lookup or compiled_model or graphed or nccl" (the sharded n-gram table over
@@ -56,9 +57,8 @@ gpu_tests () {  # $1: the arm; $2: the -k expression
     > $R/tests_$1.txt 2>&1)
   tail -1 $R/tests_$1.txt >> $R/progress; grep -m3 "Error\|assert" $R/tests_$1.txt >> $R/progress
 }
-if [ "$GPUS" = 0 ]; then  # PART 1
+part1 () {
 cp -r /tmp/gt /tmp/gt_rowsums; cp scratch/train_gpt_rowsums.py /tmp/gt_rowsums/train_gpt.py
-gpu_tests main "row_sum or row_lookup or compiled_model or graphed"
 echo "=== row_sums bench $(date +%T)" >> $R/progress
 (cd /tmp/gt_rowsums && CUDA_VISIBLE_DEVICES=0 TRITON_CACHE_DIR=/tmp/tri_bench timeout 300 python3 \
   benchmarks/row_sums.py --baseline /tmp/gt/train_gpt.py --shard data/proxy/proxy_val_000000.bin \
@@ -90,8 +90,8 @@ for k in 1 2; do for arm in main rowsums; do
   grep -h "Traceback\|Error" $R/p_${arm}_$k.out | head -3 >> $R/progress
   mkdir -p $R/p_trace_${arm}_$k; cp $dir/traces/*.json.gz $R/p_trace_${arm}_$k/ 2>/dev/null; rm -rf $dir/traces
 done; done
-else  # PART 2
-gpu_tests main "row_sum or row_lookup or compiled_model or graphed or nccl"
+}
+part2 () {
 export TORCHINDUCTOR_CACHE_DIR=/tmp/ind_p TRITON_CACHE_DIR=/tmp/tri_p
 for k in 1 2; do
   echo "=== step_profile at 98304 on 2 GPUs, stages 0-5 ($k) $(date +%T)" >> $R/progress
@@ -109,5 +109,11 @@ for seed in 0 1; do
   grep -h "^startup:\|^final val_loss" $R/x2_s$seed/*.txt | cut -f1 >> $R/progress
   grep -m2 "Error" $R/x2_s$seed.out >> $R/progress
 done
+}
+if [ "$GPUS" = 0 ]; then
+  gpu_tests main "row_sum or row_lookup or compiled_model or graphed"; part1
+else  # PART 1 follows on GPU 0, session 33 being lent two GPUs and no one-GPU machine needed
+  gpu_tests main "row_sum or row_lookup or compiled_model or graphed or nccl"; part2
+  echo "=== part2 done $(date +%T)" >> $R/progress; part1
 fi
 echo "=== s33 done $(date +%T)" >> $R/progress
