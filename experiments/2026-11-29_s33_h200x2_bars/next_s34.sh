@@ -1,0 +1,55 @@
+#!/bin/bash
+# Next session (34), written in session 33 and NOT RUN; name the device in the note. Needs two GPUs
+# (nvidia-h100-x2 first, else nvidia-h200-x2): on one GPU it stops at once (the branch changes nothing there).
+# The branch s33-asked-rows (asked_rows.patch here): the rows each rank asks of the others' n-gram shards come
+# with the batch, exchanged over gloo by the loader's worker, so that fetch_ahead no longer exchanges them over
+# NCCL on the compute stream, where they waited behind Adam's all-gathers (session 33's traces: every Adam step of
+# stage 0 ended on 0.3-0.5 ms of exposed all-gathers). The same rows and values: no time to loss is needed. Fixed now:
+# 1. the branch's GPU tests -k "nccl or row_lookup or graphed or compiled_model" pass (the sharded table over
+#    NCCL, fetched ahead with the asked rows from exchange_row_requests);
+# 2. step_profile at the 8-GPU per-rank shape on both GPUs (--batch_tokens 98304), stages 0-2, main then branch,
+#    twice (traces of stage 0 kept). Merge if the branch's stage-0 exposed communication (rank 0's share, the
+#    mean of its two rounds) is below main's, and no stage's step (the mean of two rounds) is more than 0.5 %
+#    above main's. No more runs whatever the outcome.
+#   before: mkdir -p .proxyA .proxyB scratch; rm -f .proxyA/* .proxyB/* scratch/*;
+#     cp ../shared/proxy-data/proxy_train_000001.bin.xz ../shared/proxy-data/proxy_val_000000.bin.xz .proxyA/;
+#     cp ../shared/proxy-data/proxy_train_00000{2,3}.bin.xz .proxyB/  (one carry of all four is over 64 MiB);
+#     cp this script and ../2026-11-27_h100x2_stack_ab_records/collect.sh into scratch/;
+#     main + asked_rows.patch (here): its train_gpt.py as scratch/train_gpt_asked.py, and its tests/ as
+#     scratch/tests_asked/ (the patch changes four test files and benchmarks/loader_overlap.py: copy that too, as
+#     scratch/loader_overlap_asked.py); main checked out, clean.
+#   call 1, carry [".proxyA"]:  mkdir -p /tmp/proxy && cp .proxyA/* /tmp/proxy/ && ls /tmp/proxy
+#   call 2 AT ONCE, carry [".proxyB", "scratch"]:
+#     cp .proxyB/* /tmp/proxy/; cp scratch/next_s34.sh /tmp/s34.sh; setsid nohup bash /tmp/s34.sh > /tmp/s34.log 2>&1
+#     < /dev/null & sleep 2; bash scratch/collect.sh 560 "s34 done" /tmp/s34.log
+#   then `bash scratch/collect.sh 580 "s34 done" /tmp/s34.log` AT ONCE, as often as it takes. About 15 minutes warm.
+R=/tmp/res; rm -rf $R /tmp/gt /tmp/gt_* /tmp/ind_* /tmp/tri_*; mkdir -p $R; cp -r . /tmp/gt; cd /tmp/gt
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name --format=csv,noheader >> $R/progress
+if [ "$(nvidia-smi -L | wc -l)" != 2 ]; then echo "=== needs two GPUs; s34 done" >> $R/progress; exit 1; fi
+if [ "$(ls /tmp/proxy/*.bin.xz | wc -l)" != 4 ]; then
+  echo "=== /tmp/proxy lacks shards (a fresh machine?): make call 1 again; s34 done" >> $R/progress; exit 1
+fi
+python3 -c "import pathlib, benchmarks.proxy_record as p; p.decompress(pathlib.Path('/tmp/proxy'), pathlib.Path('data/proxy'))"
+T=(--prefix_table data/gpt2_prefix_tokens.npy --merge_table data/gpt2_merges.npy)
+FLAGS=(--train_files "data/proxy/proxy_train_*.bin" --val_files "data/proxy/proxy_val_*.bin" --repeat_train_files
+  --val_tokens 1835008 "${T[@]}")
+cp -r /tmp/gt /tmp/gt_asked; cp scratch/train_gpt_asked.py /tmp/gt_asked/train_gpt.py
+rm -rf /tmp/gt_asked/tests; cp -r scratch/tests_asked /tmp/gt_asked/tests
+cp scratch/loader_overlap_asked.py /tmp/gt_asked/benchmarks/loader_overlap.py
+echo "=== asked's GPU tests $(date +%T)" >> $R/progress
+(cd /tmp/gt_asked && CUDA_VISIBLE_DEVICES=0,1 TORCHINDUCTOR_CACHE_DIR=/tmp/ind_tasked TRITON_CACHE_DIR=/tmp/tri_tasked \
+  timeout 420 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py \
+  -k "nccl or row_lookup or graphed or compiled_model" > $R/tests_asked.txt 2>&1)
+tail -1 $R/tests_asked.txt >> $R/progress; grep -m3 "Error\|assert" $R/tests_asked.txt >> $R/progress
+for k in 1 2; do for arm in main asked; do
+  echo "=== step_profile at 98304 on 2 GPUs, stages 0-2: $arm ($k) $(date +%T)" >> $R/progress
+  dir=/tmp/gt; [ $arm = asked ] && dir=/tmp/gt_asked
+  (cd $dir && CUDA_VISIBLE_DEVICES=0,1 TORCHINDUCTOR_CACHE_DIR=/tmp/ind_$arm TRITON_CACHE_DIR=/tmp/tri_$arm \
+    timeout 420 torchrun --standalone --nproc_per_node 2 benchmarks/step_profile.py "${FLAGS[@]}" \
+    --batch_tokens 98304 --stages 0 1 2 --trace_stage 0 < /dev/null > $R/p_${arm}_$k.out 2>&1)
+  grep -A5 "^| stage | windows" $R/p_${arm}_$k.out | cut -d'|' -f2,4,5,6,11,12,13 >> $R/progress
+  grep -h "Traceback\|Error" $R/p_${arm}_$k.out | head -3 >> $R/progress
+  mkdir -p $R/p_trace_${arm}_$k; cp $dir/traces/*.json.gz $R/p_trace_${arm}_$k/ 2>/dev/null; rm -rf $dir/traces
+done; done
+echo "=== s34 done $(date +%T)" >> $R/progress
