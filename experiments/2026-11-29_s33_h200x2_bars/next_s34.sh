@@ -2,9 +2,10 @@
 # Next session (34), written in session 33 and NOT RUN; name the device in the note. Needs two GPUs
 # (nvidia-h100-x2 first, else nvidia-h200-x2): on one GPU it stops at once (the branch changes nothing there).
 # The branch s33-asked-rows (asked_rows.patch here): the rows each rank asks of the others' n-gram shards come
-# with the batch, exchanged over gloo by the loader's worker, so that fetch_ahead no longer exchanges them over
-# NCCL on the compute stream, where they waited behind Adam's all-gathers (session 33's traces: every Adam step of
-# stage 0 ended on 0.3-0.5 ms of exposed all-gathers). The same rows and values: no time to loss is needed. Fixed now:
+# with the batch, exchanged over gloo and sorted by the loader's worker, so that fetch_ahead no longer exchanges
+# them over NCCL on the compute stream, where they waited behind Adam's all-gathers (session 33's traces: every
+# Adam step of stage 0 ended on 0.3-0.5 ms of exposed all-gathers), and RowAdam no longer sorts them on the GPU
+# (about 23 kernels, 0.16 ms of every step's end). The same rows and values: no time to loss is needed. Fixed now:
 # 1. the branch's GPU tests -k "nccl or row_lookup or graphed or compiled_model" pass (the sharded table over
 #    NCCL, fetched ahead with the asked rows from exchange_row_requests);
 # 2. step_profile at the 8-GPU per-rank shape on both GPUs (--batch_tokens 98304), stages 0-2, main then branch,
@@ -15,9 +16,8 @@
 #     cp ../shared/proxy-data/proxy_train_000001.bin.xz ../shared/proxy-data/proxy_val_000000.bin.xz .proxyA/;
 #     cp ../shared/proxy-data/proxy_train_00000{2,3}.bin.xz .proxyB/  (one carry of all four is over 64 MiB);
 #     cp this script and ../2026-11-27_h100x2_stack_ab_records/collect.sh into scratch/;
-#     main + asked_rows.patch (here): its train_gpt.py as scratch/train_gpt_asked.py, and its tests/ as
-#     scratch/tests_asked/ (the patch changes four test files and benchmarks/loader_overlap.py: copy that too, as
-#     scratch/loader_overlap_asked.py); main checked out, clean.
+#     main + asked_rows.patch (here, in a worktree): its train_gpt.py as scratch/train_gpt_asked.py and its tests/
+#     as scratch/tests_asked/ (the patch changes four test files besides); main checked out, clean.
 #   call 1, carry [".proxyA"]:  mkdir -p /tmp/proxy && cp .proxyA/* /tmp/proxy/ && ls /tmp/proxy
 #   call 2 AT ONCE, carry [".proxyB", "scratch"]:
 #     cp .proxyB/* /tmp/proxy/; cp scratch/next_s34.sh /tmp/s34.sh; setsid nohup bash /tmp/s34.sh > /tmp/s34.log 2>&1
@@ -36,7 +36,6 @@ FLAGS=(--train_files "data/proxy/proxy_train_*.bin" --val_files "data/proxy/prox
   --val_tokens 1835008 "${T[@]}")
 cp -r /tmp/gt /tmp/gt_asked; cp scratch/train_gpt_asked.py /tmp/gt_asked/train_gpt.py
 rm -rf /tmp/gt_asked/tests; cp -r scratch/tests_asked /tmp/gt_asked/tests
-cp scratch/loader_overlap_asked.py /tmp/gt_asked/benchmarks/loader_overlap.py
 echo "=== asked's GPU tests $(date +%T)" >> $R/progress
 (cd /tmp/gt_asked && CUDA_VISIBLE_DEVICES=0,1 TORCHINDUCTOR_CACHE_DIR=/tmp/ind_tasked TRITON_CACHE_DIR=/tmp/tri_tasked \
   timeout 420 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py \
