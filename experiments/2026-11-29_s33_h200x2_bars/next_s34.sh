@@ -11,7 +11,8 @@
 # 2. step_profile at the 8-GPU per-rank shape on both GPUs (--batch_tokens 98304), stages 0-2, main then branch,
 #    twice (traces of stage 0 kept). Merge if the branch's stage-0 exposed communication (rank 0's share, the
 #    mean of its two rounds) is below main's, and no stage's step (the mean of two rounds) is more than 0.5 %
-#    above main's. No more runs whatever the outcome.
+#    above main's. No more runs of the rule whatever the outcome.
+# 3. the branch's profile of stages 0-5 once more (stages 3-5 for the README's table, if it is merged).
 #   before: mkdir -p .proxyA .proxyB scratch; rm -f .proxyA/* .proxyB/* scratch/*;
 #     cp ../shared/proxy-data/proxy_train_000001.bin.xz ../shared/proxy-data/proxy_val_000000.bin.xz .proxyA/;
 #     cp ../shared/proxy-data/proxy_train_00000{2,3}.bin.xz .proxyB/  (one carry of all four is over 64 MiB);
@@ -22,7 +23,7 @@
 #   call 2 AT ONCE, carry [".proxyB", "scratch"]:
 #     cp .proxyB/* /tmp/proxy/; cp scratch/next_s34.sh /tmp/s34.sh; setsid nohup bash /tmp/s34.sh > /tmp/s34.log 2>&1
 #     < /dev/null & sleep 2; bash scratch/collect.sh 560 "s34 done" /tmp/s34.log
-#   then `bash scratch/collect.sh 580 "s34 done" /tmp/s34.log` AT ONCE, as often as it takes. About 15 minutes warm.
+#   then `bash scratch/collect.sh 580 "s34 done" /tmp/s34.log` AT ONCE, as often as it takes. About 18 minutes warm.
 R=/tmp/res; rm -rf $R /tmp/gt /tmp/gt_* /tmp/ind_* /tmp/tri_*; mkdir -p $R; cp -r . /tmp/gt; cd /tmp/gt
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader >> $R/progress
@@ -51,4 +52,9 @@ for k in 1 2; do for arm in main asked; do
   grep -h "Traceback\|Error" $R/p_${arm}_$k.out | head -3 >> $R/progress
   mkdir -p $R/p_trace_${arm}_$k; cp $dir/traces/*.json.gz $R/p_trace_${arm}_$k/ 2>/dev/null; rm -rf $dir/traces
 done; done
+echo "=== step_profile at 98304 on 2 GPUs, stages 0-5: asked $(date +%T)" >> $R/progress
+(cd /tmp/gt_asked && CUDA_VISIBLE_DEVICES=0,1 TORCHINDUCTOR_CACHE_DIR=/tmp/ind_asked TRITON_CACHE_DIR=/tmp/tri_asked \
+  timeout 420 torchrun --standalone --nproc_per_node 2 benchmarks/step_profile.py "${FLAGS[@]}" \
+  --batch_tokens 98304 --stages 0 1 2 3 4 5 --trace_stage 0 < /dev/null > $R/p_asked_all.out 2>&1)
+grep -A8 "^| stage | windows" $R/p_asked_all.out | cut -d'|' -f2,4,5,6,11,12,13 >> $R/progress
 echo "=== s34 done $(date +%T)" >> $R/progress
