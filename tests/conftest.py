@@ -58,6 +58,19 @@ def rel_error(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
+def gradients_as_hooks_see_them(tables):
+    """A dict that each table's post-accumulate hook (GradientEvents' kind) fills, under the table's index, with a
+    copy of its gradient as the hook sees it (None if it has none)."""
+    seen = {}
+
+    def hook(i):
+        return lambda p: seen.__setitem__(i, None if p.grad is None else p.grad.clone())
+
+    for i, table in enumerate(tables):
+        table.register_post_accumulate_grad_hook(hook(i))
+    return seen
+
+
 def randomise_zero_initialised(model, seed=0):
     """Output projections (and zero-initialised scalars) start at zero, which makes many gradients zero: give them
     values so that a comparison of gradients means something."""

@@ -17,8 +17,8 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 import train_gpt as tg
-from conftest import (ROOT, check_nan_stops_the_run, environment_without_cache_dirs, random_documents, read_log,
-                      randomise_zero_initialised, rel_error)
+from conftest import (ROOT, check_nan_stops_the_run, environment_without_cache_dirs, gradients_as_hooks_see_them,
+                      random_documents, read_log, randomise_zero_initialised, rel_error)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -115,15 +115,7 @@ def test_row_lookup_s_tables_post_accumulate_hooks_see_their_whole_gradients():
     torch.manual_seed(0)
     tables = [torch.nn.Parameter(torch.randn(1000, 64, device="cuda").to(dtype)) for dtype in
               (torch.bfloat16, torch.float32)]
-    hooked = {}
-
-    def hook(i):
-        def seen(p):
-            hooked[i] = p.grad.clone()
-        return seen
-
-    for i, t in enumerate(tables):
-        t.register_post_accumulate_grad_hook(hook(i))
+    hooked = gradients_as_hooks_see_them(tables)
     ids = torch.randint(0, 1000, (4096,), device="cuda", dtype=torch.int32)
     rows = tg.RowLookup.apply(ids, torch.bfloat16, *tables)
     x = torch.randn(8, 64, device="cuda")
