@@ -1304,9 +1304,14 @@ class RowAdam(torch.optim.Optimizer):
     @torch.no_grad()
     def finish_step(self, step):
         """The update of step `step` (start_step started it)."""
-        group = self.param_groups[0]
         written, summed = self.started
-        rows, grad = summed()
+        self.update_rows(*summed(), step)
+        written.zero_()  # in place (the CUDA graphs add into it), and not the whole cache: 1.2 GB at 393K tokens
+
+    @torch.no_grad()
+    def update_rows(self, rows, grad, step):
+        """Step `step`'s update of `rows` of this rank's shard of the table, from their summed gradients `grad`."""
+        group = self.param_groups[0]
         rows = rows.long()
         lr, beta2 = group["lr"] * group["lr_mul"], group["beta2"]
         decay = lr * lr * group["wd"]
@@ -1321,7 +1326,6 @@ class RowAdam(torch.optim.Optimizer):
         if step + 1 < len(self.log_decay):
             self.log_decay[step + 1].fill_(self.total_log_decay)
         self.ngram.fetched = None  # the cache holds the rows as they were
-        written.zero_()  # in place (the CUDA graphs add into it), and not the whole cache: 1.2 GB at 393K tokens
 
 
 class GradientEvents:
@@ -1463,7 +1467,7 @@ def make_optimizers(model, args, world_size):
     optimizers = Optimizers(
         make_adam(model, args, world_size),
         make_normuon(model, args, world_size),
-        RowAdam(model.ngram, param_config("ngram.cache"), lr=args.adam_lr, wd=args.adam_wd, steps=total_steps(args)))
+        make_row_adam(model, args))
     for opt in optimizers:
         for group in opt.param_groups:
             group["initial_lr"] = group["lr"]
@@ -1477,6 +1481,11 @@ def make_adam(model, args, world_size):
     steps them."""
     others = [(n, p) for n, p in model.named_parameters() if param_config(n).optimizer == "adam"]
     return Adam(others, lr=args.adam_lr, wd=args.adam_wd, world_size=world_size)
+
+
+def make_row_adam(model, args):
+    """RowAdam over the n-gram table, through its cache (PARAMETER_TABLE's rows row)."""
+    return RowAdam(model.ngram, param_config("ngram.cache"), lr=args.adam_lr, wd=args.adam_wd, steps=total_steps(args))
 
 
 def make_normuon(model, args, world_size):
@@ -2787,10 +2796,11 @@ def compile_optimizer_updates(model, args, world_size):
     rank's share (a graph for each shape: a rank's shares are smaller on more ranks) on zero gradients, and the
     application of updates to the part's matrices at zero learning rate and decay (the weights stay as they
     are); then Adam's update on zero gradients from zero moments (likewise; one graph per dtype, whatever the
-    sizes). Their state (Adam's moments, about 1.5 GB at the default size, and NorMuon's buffers) is freed on
-    return."""
+    sizes); then RowAdam's on a few rows, their gradients in the dtype a rank of `world_size` has them in.
+    Their state (Adam's moments, about 1.5 GB at the default size, and NorMuon's buffers) is freed on return."""
     adam = make_adam(model, args, world_size=1)  # one rank's: with several, Adam needs the process group
     normuon = make_normuon(model, args, world_size)
+    row_adam = make_row_adam(model, args)
     with torch.no_grad():  # as their steps run
         for i, (share, (_, part)) in enumerate(zip(normuon.shares, normuon.parts)):
             share.zero_()
@@ -2800,6 +2810,13 @@ def compile_optimizer_updates(model, args, world_size):
         for p in group["params"]:  # Adam's only: the matrices' zeros would be 256 MB for nothing
             p.grad = torch.zeros_like(p)
     adam.step()
+    # the gradients in the cache's own dtype on one rank, the exchange's float32 sums on several
+    # (RowExchange.send_back); an odd count of rows (repeats allowed, as with several ranks), so that no other
+    # size of the update's inputs is the same: equal sizes are one symbol of the compiled graph, another graph
+    rows = torch.arange(2 * len(row_adam.log_decay) + 1, device=row_adam.table.device) % len(row_adam.table)
+    grad = torch.zeros(len(rows), row_adam.table.size(1), device=rows.device,
+                       dtype=torch.float32 if world_size > 1 else model.ngram.cache.dtype)
+    row_adam.update_rows(rows, grad, 0)
 
 
 def precompile_helper(report, args, device, *rest):
