@@ -1051,14 +1051,18 @@ class OptimizerGraphs:
         return out
 
 
-def adam_update(weights, grad, exp_avg, exp_avg_sq, beta1, beta2, step_size, decay, eps):
+def adam_update(weights, grad, exp_avg, exp_avg_sq, scheduled):
     """Adam's step on a flat slice of a parameter, in place: the moments, then weights - u - decay * weights
     where u and the weights have the same sign, u = step_size * m / (sqrt(v) + eps), in float32 and rounded
-    once. Compiled on the GPU into one pass over memory: as a chain of foreach operations, each a pass of its
-    own, it took 11.6 ms of a 92 ms step on an H100 (stage 5 at 49K tokens, one GPU)."""
+    once. scheduled: [step_size, decay, 1 - beta1, beta2, 1 - beta2, eps], float32 on the device, so that one
+    compiled graph serves every group and step: as Python floats, beta2 was compiled in as a constant by the
+    training process and as an input by its helper, whose graphs it then missed (session 35).
+    Compiled on the GPU into one pass over memory: as a chain of foreach operations, each a pass of its own,
+    it took 11.6 ms of a 92 ms step on an H100 (stage 5 at 49K tokens, one GPU)."""
+    step_size, decay, one_minus_beta1, beta2, one_minus_beta2, eps = scheduled.unbind()
     grad = grad.float()
-    exp_avg.lerp_(grad, 1 - beta1)
-    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    exp_avg.lerp_(grad, one_minus_beta1)
+    exp_avg_sq.mul_(beta2).add_(grad * grad * one_minus_beta2)
     update = exp_avg / (exp_avg_sq.sqrt() + eps) * step_size
     w = weights.float()
     weights.copy_(w - decay * w * (update * w > 0) - update)
@@ -1100,14 +1104,14 @@ class Adam(torch.optim.Optimizer):
         self.small_grads = torch.zeros(sum(p.numel() for p in small), device=small[0].device) if small else None
         self.small = dict(zip(small, self.small_grads.split([p.numel() for p in small]))) if small else {}
         # Where the captured arithmetic reads and writes: the large parameters' gradient shares and gathered
-        # values, and each group's [step size, decay], filled before each step.
+        # values, and each group's row of adam_update's scheduled values, filled before each step.
         large = [p for g in self.param_groups for p in g["params"] + [self.late] if p is not None and self.sharded(p)]
         self.shares = {p: p.new_empty(self.slice(p)[2]) for p in large}
         self.gathered = {p: p.new_empty(self.slice(p)[2] * world_size) for p in large}
         first = self.param_groups[0]["params"][0]
-        self.scheduled = first.new_zeros(len(self.param_groups), 2, dtype=torch.float32)
+        self.scheduled = first.new_zeros(len(self.param_groups), 6, dtype=torch.float32)
         self.joined = None  # after the untie: (its group, the late parameter), for reset
-        # one graph per parameter dtype, of any size; the step size and decay are tensors, read when it runs
+        # one graph per parameter dtype, of any size, for every group: its scheduled values are read when it runs
         self.update = on_gpu_compiled(adam_update, first.is_cuda)
         self.graphs = OptimizerGraphs(first.is_cuda)
 
@@ -1176,14 +1180,13 @@ class Adam(torch.optim.Optimizer):
         steps, values = [], []
         for g, group in enumerate(self.param_groups):
             params = [p for p in group["params"] if p in self.reduced]
-            step_size = decay = 0.0
+            (beta1, beta2), step_size, decay = group["betas"], 0.0, 0.0
             if params:
                 group["steps"] += 1
-                (beta1, beta2), t = group["betas"], group["steps"]
-                lr = group["lr"] * group["lr_mul"]
+                t, lr = group["steps"], group["lr"] * group["lr_mul"]
                 step_size, decay = lr * (1 - beta2**t) ** 0.5 / (1 - beta1**t), lr * lr * group["wd"]
                 steps.append((g, params))
-            values.append([step_size, decay])
+            values.append([step_size, decay, 1 - beta1, beta2, 1 - beta2, group["eps"]])
         schedule_on_device(self.scheduled, values)
         self.gathers = []
         for g, params in steps:
@@ -1211,8 +1214,6 @@ class Adam(torch.optim.Optimizer):
     def group_update(self, g, params, grads):
         """Group g's step on `params` (their summed gradients or shares: `grads`); returns the large parameters'
         updated slices, padded to their shares' size, for the all-gather."""
-        group = self.param_groups[g]
-        step_size, decay = self.scheduled[g, 0], self.scheduled[g, 1]
         slices = []
         for p, grad in zip(params, grads):
             start, end, chunk = self.slice(p)
@@ -1220,8 +1221,7 @@ class Adam(torch.optim.Optimizer):
             if not state:
                 state.update(exp_avg=torch.zeros_like(grad, dtype=torch.float32),
                              exp_avg_sq=torch.zeros_like(grad, dtype=torch.float32))
-            self.update(mine, grad, state["exp_avg"], state["exp_avg_sq"], *group["betas"], step_size, decay,
-                        group["eps"])
+            self.update(mine, grad, state["exp_avg"], state["exp_avg_sq"], self.scheduled[g])
             if self.sharded(p):
                 slices.append(padded(mine, chunk))
         return slices
