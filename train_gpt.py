@@ -1243,19 +1243,20 @@ class Adam(torch.optim.Optimizer):
                 state.update({name: moment.clone() for name, moment in self.state[tied].items()})
 
 
-def row_adam_update(table, rows, grad, second_moment, last_step, log_decay, scheduled, beta2, eps):
+def row_adam_update(table, rows, grad, second_moment, last_step, log_decay, scheduled):
     """RowAdam's arithmetic on a step's rows (int64) and their gradients: the rows' new values, in the table's
     dtype, and their second moments. A row's weights first decay as they would have over the steps it was not
     read (log_decay: that sum before each step). scheduled: [the step, lr times Adam's bias correction, the
-    decay], floats on the device, so that one compiled graph serves every step. Compiled on the
+    decay, beta2, 1 - beta2, eps], float32 on the device, so that one compiled graph serves every step, in
+    every process (as adam_update's). Compiled on the
     GPU into one pass over the rows: as a chain of operations, each a pass of its own over (rows, dim) in
     float32, it took 7.6 ms of a 560 ms step on one H100 (stage 5, the proxy's batch; session 14)."""
-    step, step_size, decay = scheduled.unbind()
+    step, step_size, decay, beta2, one_minus_beta2, eps = scheduled.unbind()
     last = last_step[rows]
     now = log_decay.index_select(0, step.long().view(1))  # the step's own
     weights = table[rows].float() * torch.exp(now - log_decay[last + 1]).float().unsqueeze(1)
     grad = grad.float()
-    moment = second_moment[rows] * beta2 ** (step - last.float()) + (1 - beta2) * grad.square().mean(1)
+    moment = second_moment[rows] * beta2 ** (step - last.float()) + one_minus_beta2 * grad.square().mean(1)
     update = grad * step_size / (moment.sqrt() + eps).unsqueeze(1)
     weights = weights * (1 - decay * (update * weights > 0)) - update
     return weights.to(table.dtype), moment
@@ -1285,7 +1286,7 @@ class RowAdam(torch.optim.Optimizer):
         self.last_step = torch.full((len(self.table),), -1, dtype=torch.int32, device=self.table.device)
         self.log_decay = torch.zeros(steps + 1, dtype=torch.float64, device=self.table.device)  # before each step
         self.total_log_decay = 0.0
-        self.scheduled = torch.zeros(3, device=self.table.device)  # row_adam_update's
+        self.scheduled = torch.zeros(6, device=self.table.device)  # row_adam_update's
         self.update = on_gpu_compiled(row_adam_update, self.table.is_cuda)
         self.started = None  # between start_step and finish_step: (the rows' gradients, summed: rows and sums)
 
@@ -1316,9 +1317,10 @@ class RowAdam(torch.optim.Optimizer):
         lr, beta2 = group["lr"] * group["lr_mul"], group["beta2"]
         decay = lr * lr * group["wd"]
         self.log_decay[step].fill_(self.total_log_decay)  # in place already, unless steps were skipped
-        schedule_on_device(self.scheduled, [step, lr * (1 - beta2 ** (step + 1)) ** 0.5, decay])
+        schedule_on_device(self.scheduled, [step, lr * (1 - beta2 ** (step + 1)) ** 0.5, decay, beta2, 1 - beta2,
+                                            group["eps"]])
         weights, moment = self.update(self.table, rows, grad, self.second_moment, self.last_step, self.log_decay,
-                                      self.scheduled, beta2, group["eps"])
+                                      self.scheduled)
         self.table.index_copy_(0, rows, weights)
         self.second_moment.index_copy_(0, rows, moment)
         self.last_step.index_fill_(0, rows, step)

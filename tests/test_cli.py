@@ -433,7 +433,7 @@ def test_precompiled_row_adam_update_sees_the_gradient_dtype_of_a_rank_of_the_ru
     size would be one symbol, another graph). On the CPU, the cache in bf16 as a GPU has it."""
     seen = []
 
-    def update(table, rows, grad, second_moment, last_step, log_decay, scheduled, beta2, eps):
+    def update(table, rows, grad, second_moment, last_step, log_decay, scheduled):
         sizes = {len(table), table.size(1), len(log_decay), len(scheduled)}
         seen.append((grad.dtype, rows.dtype, len(rows) in sizes, torch.is_grad_enabled()))
         return table[rows], second_moment[rows]

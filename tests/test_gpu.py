@@ -306,7 +306,7 @@ def test_normuon_applies_its_updates_compiled_as_float64_with_a_graph_per_dimens
 def test_compiled_row_adam_update_equals_eager_and_compiles_once():
     """RowAdam's compiled arithmetic against the same function run eagerly, over steps that read different numbers
     of rows (as a step's tokens do), last read at different steps, with step sizes and decays that change as the
-    schedule changes them: one graph for all of them."""
+    schedule changes them, and another beta2: one graph for all of them."""
     torch._dynamo.reset()
     compiled = torch.compile(tg.row_adam_update, dynamic=True, fullgraph=True)
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -318,8 +318,9 @@ def test_compiled_row_adam_update_equals_eager_and_compiles_once():
     for step, n in [(3, 300), (4, 517), (5, 64)]:
         rows = torch.randperm(1000, device="cuda", generator=g)[:n]
         grad = torch.randn(n, 64, device="cuda", generator=g).bfloat16()
-        scheduled = torch.tensor([step, 0.01 * step, 0.1 * step], device="cuda")
-        args = (table, rows, grad, second_moment, last_step, log_decay, scheduled, 0.95, 1e-10)
+        beta2 = 0.95 if step % 2 else 0.9
+        scheduled = torch.tensor([step, 0.01 * step, 0.1 * step, beta2, 1 - beta2, 1e-10], device="cuda")
+        args = (table, rows, grad, second_moment, last_step, log_decay, scheduled)
         (weights, moment), (eager_weights, eager_moment) = compiled(*args), tg.row_adam_update(*args)
         assert rel_error(weights.float(), eager_weights.float()) < 1e-2 and rel_error(moment, eager_moment) < 1e-5
         assert rel_error(weights.float(), table[rows].float()) > 5e-2  # moved far more than rounding
