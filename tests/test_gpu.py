@@ -255,8 +255,8 @@ def test_compiled_adam_update_equals_eager_and_compiles_once_per_dtype():
     """Adam's compiled update against the same function run eagerly: bf16 slices of several sizes (views into a
     larger parameter, as a rank's share is) and a float32 one, over steps whose step size and decay change,
     as the schedule changes them, and whose betas change, as the groups' do. Neither a new size nor new
-    values, nor their row in their tensor, may compile again: a compile that depends on the calls before it
-    missed the helper's graphs (session 35)."""
+    values, nor their row in their tensor, may compile again (as Python floats, the betas were compiled in as
+    constants by one process and as inputs by another, which then missed the first's graphs: session 35)."""
     torch._dynamo.reset()
     compiled = torch.compile(tg.adam_update, dynamic=True, fullgraph=True)
     g = torch.Generator(device="cuda").manual_seed(0)
