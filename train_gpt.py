@@ -1051,18 +1051,14 @@ class OptimizerGraphs:
         return out
 
 
-def adam_update(weights, grad, exp_avg, exp_avg_sq, scheduled):
+def adam_update(weights, grad, exp_avg, exp_avg_sq, beta1, beta2, step_size, decay, eps):
     """Adam's step on a flat slice of a parameter, in place: the moments, then weights - u - decay * weights
     where u and the weights have the same sign, u = step_size * m / (sqrt(v) + eps), in float32 and rounded
-    once. scheduled: [step_size, decay, 1 - beta1, beta2, 1 - beta2, eps], float32 on the device, so that one
-    compiled graph serves every group and step: as Python floats, beta2 was compiled in as a constant by the
-    training process and as an input by its helper, whose graphs it then missed (session 35).
-    Compiled on the GPU into one pass over memory: as a chain of foreach operations, each a pass of its own,
-    it took 11.6 ms of a 92 ms step on an H100 (stage 5 at 49K tokens, one GPU)."""
-    step_size, decay, one_minus_beta1, beta2, one_minus_beta2, eps = scheduled.unbind()
+    once. Compiled on the GPU into one pass over memory: as a chain of foreach operations, each a pass of its
+    own, it took 11.6 ms of a 92 ms step on an H100 (stage 5 at 49K tokens, one GPU)."""
     grad = grad.float()
-    exp_avg.lerp_(grad, one_minus_beta1)
-    exp_avg_sq.mul_(beta2).add_(grad * grad * one_minus_beta2)
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
     update = exp_avg / (exp_avg_sq.sqrt() + eps) * step_size
     w = weights.float()
     weights.copy_(w - decay * w * (update * w > 0) - update)
@@ -1104,14 +1100,14 @@ class Adam(torch.optim.Optimizer):
         self.small_grads = torch.zeros(sum(p.numel() for p in small), device=small[0].device) if small else None
         self.small = dict(zip(small, self.small_grads.split([p.numel() for p in small]))) if small else {}
         # Where the captured arithmetic reads and writes: the large parameters' gradient shares and gathered
-        # values, and each group's row of adam_update's scheduled values, filled before each step.
+        # values, and each group's [step size, decay], filled before each step.
         large = [p for g in self.param_groups for p in g["params"] + [self.late] if p is not None and self.sharded(p)]
         self.shares = {p: p.new_empty(self.slice(p)[2]) for p in large}
         self.gathered = {p: p.new_empty(self.slice(p)[2] * world_size) for p in large}
         first = self.param_groups[0]["params"][0]
-        self.scheduled = first.new_zeros(len(self.param_groups), 6, dtype=torch.float32)
+        self.scheduled = first.new_zeros(len(self.param_groups), 2, dtype=torch.float32)
         self.joined = None  # after the untie: (its group, the late parameter), for reset
-        # one graph per parameter dtype, of any size, for every group: its scheduled values are read when it runs
+        # one graph per parameter dtype, of any size; the step size and decay are tensors, read when it runs
         self.update = on_gpu_compiled(adam_update, first.is_cuda)
         self.graphs = OptimizerGraphs(first.is_cuda)
 
@@ -1180,13 +1176,14 @@ class Adam(torch.optim.Optimizer):
         steps, values = [], []
         for g, group in enumerate(self.param_groups):
             params = [p for p in group["params"] if p in self.reduced]
-            (beta1, beta2), step_size, decay = group["betas"], 0.0, 0.0
+            step_size = decay = 0.0
             if params:
                 group["steps"] += 1
-                t, lr = group["steps"], group["lr"] * group["lr_mul"]
+                (beta1, beta2), t = group["betas"], group["steps"]
+                lr = group["lr"] * group["lr_mul"]
                 step_size, decay = lr * (1 - beta2**t) ** 0.5 / (1 - beta1**t), lr * lr * group["wd"]
                 steps.append((g, params))
-            values.append([step_size, decay, 1 - beta1, beta2, 1 - beta2, group["eps"]])
+            values.append([step_size, decay])
         schedule_on_device(self.scheduled, values)
         self.gathers = []
         for g, params in steps:
@@ -1214,6 +1211,8 @@ class Adam(torch.optim.Optimizer):
     def group_update(self, g, params, grads):
         """Group g's step on `params` (their summed gradients or shares: `grads`); returns the large parameters'
         updated slices, padded to their shares' size, for the all-gather."""
+        group = self.param_groups[g]
+        step_size, decay = self.scheduled[g, 0], self.scheduled[g, 1]
         slices = []
         for p, grad in zip(params, grads):
             start, end, chunk = self.slice(p)
@@ -1221,7 +1220,8 @@ class Adam(torch.optim.Optimizer):
             if not state:
                 state.update(exp_avg=torch.zeros_like(grad, dtype=torch.float32),
                              exp_avg_sq=torch.zeros_like(grad, dtype=torch.float32))
-            self.update(mine, grad, state["exp_avg"], state["exp_avg_sq"], self.scheduled[g])
+            self.update(mine, grad, state["exp_avg"], state["exp_avg_sq"], *group["betas"], step_size, decay,
+                        group["eps"])
             if self.sharded(p):
                 slices.append(padded(mine, chunk))
         return slices
@@ -1243,20 +1243,19 @@ class Adam(torch.optim.Optimizer):
                 state.update({name: moment.clone() for name, moment in self.state[tied].items()})
 
 
-def row_adam_update(table, rows, grad, second_moment, last_step, log_decay, scheduled):
+def row_adam_update(table, rows, grad, second_moment, last_step, log_decay, scheduled, beta2, eps):
     """RowAdam's arithmetic on a step's rows (int64) and their gradients: the rows' new values, in the table's
     dtype, and their second moments. A row's weights first decay as they would have over the steps it was not
     read (log_decay: that sum before each step). scheduled: [the step, lr times Adam's bias correction, the
-    decay, beta2, 1 - beta2, eps], float32 on the device, so that one compiled graph serves every step, in
-    every process (as adam_update's). Compiled on the GPU into one pass over the rows: as a chain of
-    operations, each a pass of its own over (rows, dim) in float32, it took 7.6 ms of a 560 ms step on one
-    H100 (stage 5, the proxy's batch; session 14)."""
-    step, step_size, decay, beta2, one_minus_beta2, eps = scheduled.unbind()
+    decay], floats on the device, so that one compiled graph serves every step. Compiled on the
+    GPU into one pass over the rows: as a chain of operations, each a pass of its own over (rows, dim) in
+    float32, it took 7.6 ms of a 560 ms step on one H100 (stage 5, the proxy's batch; session 14)."""
+    step, step_size, decay = scheduled.unbind()
     last = last_step[rows]
     now = log_decay.index_select(0, step.long().view(1))  # the step's own
     weights = table[rows].float() * torch.exp(now - log_decay[last + 1]).float().unsqueeze(1)
     grad = grad.float()
-    moment = second_moment[rows] * beta2 ** (step - last.float()) + one_minus_beta2 * grad.square().mean(1)
+    moment = second_moment[rows] * beta2 ** (step - last.float()) + (1 - beta2) * grad.square().mean(1)
     update = grad * step_size / (moment.sqrt() + eps).unsqueeze(1)
     weights = weights * (1 - decay * (update * weights > 0)) - update
     return weights.to(table.dtype), moment
@@ -1286,7 +1285,7 @@ class RowAdam(torch.optim.Optimizer):
         self.last_step = torch.full((len(self.table),), -1, dtype=torch.int32, device=self.table.device)
         self.log_decay = torch.zeros(steps + 1, dtype=torch.float64, device=self.table.device)  # before each step
         self.total_log_decay = 0.0
-        self.scheduled = torch.zeros(6, device=self.table.device)  # row_adam_update's
+        self.scheduled = torch.zeros(3, device=self.table.device)  # row_adam_update's
         self.update = on_gpu_compiled(row_adam_update, self.table.is_cuda)
         self.started = None  # between start_step and finish_step: (the rows' gradients, summed: rows and sums)
 
@@ -1305,22 +1304,16 @@ class RowAdam(torch.optim.Optimizer):
     @torch.no_grad()
     def finish_step(self, step):
         """The update of step `step` (start_step started it)."""
-        written, summed = self.started
-        self.update_rows(*summed(), step)
-        written.zero_()  # in place (the CUDA graphs add into it), and not the whole cache: 1.2 GB at 393K tokens
-
-    @torch.no_grad()
-    def update_rows(self, rows, grad, step):
-        """Step `step`'s update of `rows` of this rank's shard of the table, from their summed gradients `grad`."""
         group = self.param_groups[0]
+        written, summed = self.started
+        rows, grad = summed()
         rows = rows.long()
         lr, beta2 = group["lr"] * group["lr_mul"], group["beta2"]
         decay = lr * lr * group["wd"]
         self.log_decay[step].fill_(self.total_log_decay)  # in place already, unless steps were skipped
-        schedule_on_device(self.scheduled, [step, lr * (1 - beta2 ** (step + 1)) ** 0.5, decay, beta2, 1 - beta2,
-                                            group["eps"]])
+        schedule_on_device(self.scheduled, [step, lr * (1 - beta2 ** (step + 1)) ** 0.5, decay])
         weights, moment = self.update(self.table, rows, grad, self.second_moment, self.last_step, self.log_decay,
-                                      self.scheduled)
+                                      self.scheduled, beta2, group["eps"])
         self.table.index_copy_(0, rows, weights)
         self.second_moment.index_copy_(0, rows, moment)
         self.last_step.index_fill_(0, rows, step)
@@ -1328,6 +1321,7 @@ class RowAdam(torch.optim.Optimizer):
         if step + 1 < len(self.log_decay):
             self.log_decay[step + 1].fill_(self.total_log_decay)
         self.ngram.fetched = None  # the cache holds the rows as they were
+        written.zero_()  # in place (the CUDA graphs add into it), and not the whole cache: 1.2 GB at 393K tokens
 
 
 class GradientEvents:
@@ -1469,7 +1463,7 @@ def make_optimizers(model, args, world_size):
     optimizers = Optimizers(
         make_adam(model, args, world_size),
         make_normuon(model, args, world_size),
-        make_row_adam(model, args))
+        RowAdam(model.ngram, param_config("ngram.cache"), lr=args.adam_lr, wd=args.adam_wd, steps=total_steps(args)))
     for opt in optimizers:
         for group in opt.param_groups:
             group["initial_lr"] = group["lr"]
@@ -1483,11 +1477,6 @@ def make_adam(model, args, world_size):
     steps them."""
     others = [(n, p) for n, p in model.named_parameters() if param_config(n).optimizer == "adam"]
     return Adam(others, lr=args.adam_lr, wd=args.adam_wd, world_size=world_size)
-
-
-def make_row_adam(model, args):
-    """RowAdam over the n-gram table, through its cache (PARAMETER_TABLE's rows row)."""
-    return RowAdam(model.ngram, param_config("ngram.cache"), lr=args.adam_lr, wd=args.adam_wd, steps=total_steps(args))
 
 
 def make_normuon(model, args, world_size):
@@ -2798,11 +2787,10 @@ def compile_optimizer_updates(model, args, world_size):
     rank's share (a graph for each shape: a rank's shares are smaller on more ranks) on zero gradients, and the
     application of updates to the part's matrices at zero learning rate and decay (the weights stay as they
     are); then Adam's update on zero gradients from zero moments (likewise; one graph per dtype, whatever the
-    sizes); then RowAdam's on a few rows, their gradients in the dtype a rank of `world_size` has them in.
-    Their state (Adam's moments, about 1.5 GB at the default size, and NorMuon's buffers) is freed on return."""
+    sizes). Their state (Adam's moments, about 1.5 GB at the default size, and NorMuon's buffers) is freed on
+    return."""
     adam = make_adam(model, args, world_size=1)  # one rank's: with several, Adam needs the process group
     normuon = make_normuon(model, args, world_size)
-    row_adam = make_row_adam(model, args)
     with torch.no_grad():  # as their steps run
         for i, (share, (_, part)) in enumerate(zip(normuon.shares, normuon.parts)):
             share.zero_()
@@ -2812,13 +2800,6 @@ def compile_optimizer_updates(model, args, world_size):
         for p in group["params"]:  # Adam's only: the matrices' zeros would be 256 MB for nothing
             p.grad = torch.zeros_like(p)
     adam.step()
-    # the gradients in the cache's own dtype on one rank, the exchange's float32 sums on several
-    # (RowExchange.send_back); an odd count of rows (repeats allowed, as with several ranks), so that no other
-    # size of the update's inputs is the same: equal sizes are one symbol of the compiled graph, another graph
-    rows = torch.arange(2 * len(row_adam.log_decay) + 1, device=row_adam.table.device) % len(row_adam.table)
-    grad = torch.zeros(len(rows), row_adam.table.size(1), device=rows.device,
-                       dtype=torch.float32 if world_size > 1 else model.ngram.cache.dtype)
-    row_adam.update_rows(rows, grad, 0)
 
 
 def precompile_helper(report, args, device, *rest):

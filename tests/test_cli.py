@@ -426,33 +426,6 @@ def test_precompile_helper_runs_the_passes_that_the_warm_up_compiles(warm_up_run
     assert sorted(parts) == shares[2] != shares[1]
 
 
-def test_precompiled_row_adam_update_sees_the_gradient_dtype_of_a_rank_of_the_run(monkeypatch):
-    """RowAdam's compiled update is one graph per dtype of its inputs: validation's helper must give it the
-    gradient that a rank of the run gives it, the cache's own dtype on one rank (bf16 on a GPU), the row
-    exchange's float32 sums on several; and a number of rows that is no other size of its inputs (a shared
-    size would be one symbol, another graph). On the CPU, the cache in bf16 as a GPU has it."""
-    seen = []
-
-    def update(table, rows, grad, second_moment, last_step, log_decay, scheduled):
-        sizes = {len(table), table.size(1), len(log_decay), len(scheduled)}
-        seen.append((grad.dtype, rows.dtype, len(rows) in sizes, torch.is_grad_enabled()))
-        return table[rows], second_moment[rows]
-    monkeypatch.setattr(tg, "row_adam_update", update)
-    args = tg.parse_args(QUICK)
-    model = tg.build_model(args, torch.device("cpu"), 1)
-    model.ngram.bfloat16()
-    for world_size in (1, 2):
-        tg.compile_optimizer_updates(model, args, world_size)
-    # the run's step on one rank, as train_step steps it
-    optimizers = tg.make_optimizers(model, args, 1)
-    rows = torch.tensor([3, 1, 4, 0, 2], dtype=torch.int32)
-    model.ngram.cache.grad = torch.zeros_like(model.ngram.cache)
-    optimizers.row_adam.start_step(rows)
-    optimizers.row_adam.finish_step(0)
-    assert seen == [(torch.bfloat16, torch.int64, False, False), (torch.float32, torch.int64, False, False),
-                    (torch.bfloat16, torch.int64, False, False)]
-
-
 @pytest.mark.parametrize("argv", [[], ["--scheduled_steps", "185", "--extension_steps", "3"], WARM_UP_RUN],
                          ids=["record", "proxy", "smoke"])
 def test_warm_up_runs_each_graph_key_of_the_run_on_two_steps(argv):

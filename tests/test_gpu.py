@@ -254,9 +254,8 @@ def test_fused_mlp_compiled_matches_float64(fp8):
 def test_compiled_adam_update_equals_eager_and_compiles_once_per_dtype():
     """Adam's compiled update against the same function run eagerly: bf16 slices of several sizes (views into a
     larger parameter, as a rank's share is) and a float32 one, over steps whose step size and decay change,
-    as the schedule changes them, and whose betas change, as the groups' do. Neither a new size nor new
-    values, nor their row in their tensor, may compile again (as Python floats, the betas were compiled in as
-    constants by one process and as inputs by another, which then missed the first's graphs: session 35)."""
+    as the schedule changes them. Neither a new size nor a new step size, nor the step size's place in its
+    tensor, may compile again."""
     torch._dynamo.reset()
     compiled = torch.compile(tg.adam_update, dynamic=True, fullgraph=True)
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -266,13 +265,13 @@ def test_compiled_adam_update_equals_eager_and_compiles_once_per_dtype():
         p0, q, (m, v) = p.clone(), p.clone(), (torch.zeros(2, size, device="cuda") for _ in range(2))
         for step in range(1, 4):
             grad = torch.randn(size, device="cuda", generator=g).to(dtype)
-            # rows of one tensor, as Adam passes them (its groups' values, read when the kernel runs: a CUDA
+            # views of one tensor, as Adam passes them (its groups' values, read when the kernel runs: a CUDA
             # graph replays it); a decay large enough to show
-            beta1, beta2 = (0.8, 0.95) if step % 2 else (0.5, 0.99)
-            scheduled = torch.zeros(3, 6, device="cuda")
-            scheduled[step - 1] = torch.tensor([0.01 * step, 0.3 * (step - 1), 1 - beta1, beta2, 1 - beta2, 1e-10])
-            compiled(p[size : 2 * size], grad, m[0], v[0], scheduled[step - 1])
-            tg.adam_update(q[size : 2 * size], grad, m[1], v[1], scheduled[step - 1])
+            scheduled = torch.zeros(3, 2, device="cuda")
+            scheduled[step - 1] = torch.tensor([0.01 * step, 0.3 * (step - 1)])  # another row each step
+            step_size, decay = scheduled[step - 1, 0], scheduled[step - 1, 1]
+            compiled(p[size : 2 * size], grad, m[0], v[0], 0.8, 0.95, step_size, decay, 1e-10)
+            tg.adam_update(q[size : 2 * size], grad, m[1], v[1], 0.8, 0.95, step_size, decay, 1e-10)
         assert torch.equal(p[:size], q[:size]) and torch.equal(p[2 * size :], q[2 * size :])  # only the view moved
         assert rel_error(m[0], m[1]) < 1e-6 and rel_error(v[0], v[1]) < 1e-6
         assert rel_error(p, q) < 1e-3 and rel_error(p, p0) > 1e-2  # rounding apart, and moved far more
@@ -306,7 +305,7 @@ def test_normuon_applies_its_updates_compiled_as_float64_with_a_graph_per_dimens
 def test_compiled_row_adam_update_equals_eager_and_compiles_once():
     """RowAdam's compiled arithmetic against the same function run eagerly, over steps that read different numbers
     of rows (as a step's tokens do), last read at different steps, with step sizes and decays that change as the
-    schedule changes them, and another beta2: one graph for all of them."""
+    schedule changes them: one graph for all of them."""
     torch._dynamo.reset()
     compiled = torch.compile(tg.row_adam_update, dynamic=True, fullgraph=True)
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -318,9 +317,8 @@ def test_compiled_row_adam_update_equals_eager_and_compiles_once():
     for step, n in [(3, 300), (4, 517), (5, 64)]:
         rows = torch.randperm(1000, device="cuda", generator=g)[:n]
         grad = torch.randn(n, 64, device="cuda", generator=g).bfloat16()
-        beta2 = 0.95 if step % 2 else 0.9
-        scheduled = torch.tensor([step, 0.01 * step, 0.1 * step, beta2, 1 - beta2, 1e-10], device="cuda")
-        args = (table, rows, grad, second_moment, last_step, log_decay, scheduled)
+        scheduled = torch.tensor([step, 0.01 * step, 0.1 * step], device="cuda")
+        args = (table, rows, grad, second_moment, last_step, log_decay, scheduled, 0.95, 1e-10)
         (weights, moment), (eager_weights, eager_moment) = compiled(*args), tg.row_adam_update(*args)
         assert rel_error(weights.float(), eager_weights.float()) < 1e-2 and rel_error(moment, eager_moment) < 1e-5
         assert rel_error(weights.float(), table[rows].float()) > 5e-2  # moved far more than rounding
