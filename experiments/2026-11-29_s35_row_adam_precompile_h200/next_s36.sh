@@ -11,7 +11,8 @@
 # 3. step_profile again on the patch, its Inductor and Triton caches those of the patch's cold start: the graphs
 #    the helpers compiled (RowAdam's tuned for a cache's worth of rows), as a run's training process loads them;
 #    Adam's and RowAdam's spans must be main's of step 1.
-# Land the patch only if 1 and 3 show no slower optimizer kernels and 2 shows the hits.
+# Land the patch only if 1 and 3 show no slower optimizer kernels and 2 shows the hits. Step 1 also lists NorMuon's
+# application kernels (docs/performance.md, candidate 7: its MLP matrices at about 1.9 TB/s).
 R=$OUT; rm -rf /tmp/gm /tmp/gp /tmp/cc_*; mkdir -p $R; cp -r . /tmp/gm; cp -r . /tmp/gp
 (cd /tmp/gp && git apply experiments/2026-11-29_s35_row_adam_precompile_h200/optimizer_precompile.patch) || exit 1
 export PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX=/tmp/bytecode; unset PYTHONDONTWRITEBYTECODE
@@ -29,7 +30,8 @@ profile () {  # name, tree, extra env
     --batch_tokens 49152 --stages 0 --steps 3 --top 0 --trace_stage 0 < /dev/null > $R/$1.out 2>&1
    grep -A3 "| stage | windows" $R/$1.out | tail -1 >> $R/progress; grep -A3 "| stage | Adam" $R/$1.out | tail -1 >> $R/progress
    python3 $KERNELS traces/step_profile_rank0.json.gz > $R/adam_$1.txt; head -7 $R/adam_$1.txt | cut -c1-150 >> $R/progress
-   python3 $KERNELS traces/step_profile_rank0.json.gz RowAdam.finish_step > $R/rowadam_$1.txt; head -5 $R/rowadam_$1.txt | cut -c1-150 >> $R/progress)
+   python3 $KERNELS traces/step_profile_rank0.json.gz RowAdam.finish_step > $R/rowadam_$1.txt; head -5 $R/rowadam_$1.txt | cut -c1-150 >> $R/progress
+   python3 $KERNELS traces/step_profile_rank0.json.gz NorMuon.finish_step > $R/normuon_$1.txt; sed -n 7,12p $R/normuon_$1.txt | cut -c1-150 >> $R/progress)
 }
 cold () {  # name, tree
   echo "=== cold start $1 $(date +%T)" >> $R/progress
