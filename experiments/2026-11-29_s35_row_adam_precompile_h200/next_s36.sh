@@ -1,7 +1,8 @@
 #!/bin/bash
 # Next session (36), written in session 35 and NOT RUN: one H200 or H100 is enough (about 8 minutes of device
 # time; name the device in the note). Carry [".proxyA"] (training shard 1 and the validation shard). Measures
-# optimizer_precompile.patch (here) against main before it may land:
+# optimizer_precompile.patch and normuon_apply_static.patch (here), applied together as one arm, against main
+# before either may land (each changes its own optimizers' kernels, which the traces tell apart):
 # 1. step_profile, stage 0 at 49152, each arm compiling in-process, with the trace: Adam's span and the head's
 #    update kernel (adam_kernels.py). Session 35 measured main at 1.19 ms and 259 us on one H200 (call 6); one
 #    graph for all groups, first called on an 11-element parameter, gave 2.38 ms and 1,455 us. The patch steps
@@ -11,10 +12,12 @@
 # 3. step_profile again on the patch, its Inductor and Triton caches those of the patch's cold start: the graphs
 #    the helpers compiled (RowAdam's tuned for a cache's worth of rows), as a run's training process loads them;
 #    Adam's and RowAdam's spans must be main's of step 1.
-# Land the patch only if 1 and 3 show no slower optimizer kernels and 2 shows the hits. Step 1 also lists NorMuon's
-# application kernels (docs/performance.md, candidate 7: its MLP matrices at about 1.9 TB/s).
+# Land optimizer_precompile.patch only if 1 and 3 show no slower Adam or RowAdam kernels and 2 shows the hits.
+# Land normuon_apply_static.patch only if 1 shows NorMuon's application (NorMuon.finish_step) faster: main's MLP
+# matrices ran at about 1.9 TB/s (docs/performance.md, candidate 7), and its cold start (2) no worse.
 R=$OUT; rm -rf /tmp/gm /tmp/gp /tmp/cc_*; mkdir -p $R; cp -r . /tmp/gm; cp -r . /tmp/gp
-(cd /tmp/gp && git apply experiments/2026-11-29_s35_row_adam_precompile_h200/optimizer_precompile.patch) || exit 1
+(cd /tmp/gp && git apply experiments/2026-11-29_s35_row_adam_precompile_h200/optimizer_precompile.patch \
+  && git apply experiments/2026-11-29_s35_row_adam_precompile_h200/normuon_apply_static.patch) || exit 1
 export PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX=/tmp/bytecode; unset PYTHONDONTWRITEBYTECODE
 nvidia-smi --query-gpu=name --format=csv,noheader >> $R/progress; lscpu | grep "Model name" >> $R/progress
 sha256sum /tmp/gm/train_gpt.py /tmp/gp/train_gpt.py >> $R/progress
