@@ -580,12 +580,12 @@ class NgramTable(nn.Module):
         self.arriving = None  # a fetch ahead's exchange of values, still running (torch.distributed's Work)
 
     @torch.no_grad()
-    def fetch(self, rows, owners, asked=(), ahead=False):
+    def fetch(self, rows, owners, asked=None, ahead=False):
         """Gather `rows` of the table into the cache, unless they are there already (a step's next micro-batch,
         or fetched ahead); owners: how many of them each rank holds (they come grouped by rank:
-        gather_ngram_rows); asked: with several ranks, how many rows each rank asks of this one, if exchanged
-        already (a training batch's: TrainSource), else () (RowExchange exchanges them). ahead: with several
-        ranks, return while their values are on their way."""
+        gather_ngram_rows); asked: with several ranks, the rows the ranks ask of this one (RowRequests), if
+        exchanged already (a training batch's: TrainSource), else None (RowExchange exchanges them, and RowAdam
+        cannot step on them). ahead: with several ranks, return while their values are on their way."""
         if self.arriving is not None:
             self.arriving.wait()  # on a GPU: the current stream waits for the exchange, not the host
             self.arriving = None
@@ -649,44 +649,55 @@ class RowLookup(torch.autograd.Function):
         return (None,) * (2 + len(ctx.tables))
 
 
+@dataclass
+class RowRequests:
+    """The rows of this rank's shard of the n-gram table that the ranks ask for in one fetch (RowExchange), by
+    asking rank, as places in the shard. With a training batch they are exchanged between the hosts as it is
+    built (exchange_row_requests), with what RowAdam needs to sum their gradients over the ranks: the distinct
+    rows and each request's place among them."""
+    counts: tuple  # how many rows each rank asks (on the host: the exchanges' splits)
+    rows: torch.Tensor  # int32: the rows asked, rank by rank, each rank's in the order it asks
+    distinct: Optional[torch.Tensor] = None  # int32: the rows asked, each once, ascending (None: not known)
+    segments: Optional[torch.Tensor] = None  # int32: each asked row's place in distinct
+
+
 class RowExchange:
     """One fetch of the sharded n-gram table's rows (NgramTable): each rank asks the owner of each row it needs
     (rank row % world_size) for it, and the owners send their rows' values; RowAdam later sends the rows'
     gradients back the same way. The rows come grouped by owner, so the exchanges (all_to_all, uneven splits)
-    read and write them in place. `asked` holds the local rows that the other ranks asked this rank for, by
-    rank. The splits must be on the host: each rank's own come from the loader (gather_ngram_rows), the
-    others' (`counts`: how many each rank asks of this one) with the batch where its builder exchanged them
-    (TrainSource), else through host_group now (exchange_row_counts)."""
+    read and write them in place. `asked` holds the rows that the ranks ask of this one (RowRequests): with a
+    training batch, where its builder exchanged them (TrainSource), else exchanged now (a validation batch's,
+    whose gradients never come back): their number through host_group, as the exchanges' splits must be on the
+    host (each rank's own come from the loader: gather_ngram_rows), and which they are over NCCL."""
 
-    def __init__(self, rows, owners, counts, host_group):
+    def __init__(self, rows, owners, asked, host_group):
         self.sent = list(owners)
-        self.received = list(counts or exchange_row_counts(owners, host_group))
-        self.asked = rows.new_empty(sum(self.received))
-        dist.all_to_all_single(self.asked, rows // len(owners), self.received, self.sent)
+        if asked is None:
+            counts = exchange_row_counts(owners, host_group)
+            asked = RowRequests(counts, rows.new_empty(sum(counts)))
+            dist.all_to_all_single(asked.rows, rows // len(owners), list(counts), self.sent)
+        self.asked, self.received = asked, list(asked.counts)
 
     def receive(self, table, out, async_op=False):
         """The rows asked for, from their owners' tables, into `out` in the order they were asked for; async_op:
         return the exchange's Work, still running."""
-        return dist.all_to_all_single(out, table[self.asked.long()], self.sent, self.received, async_op=async_op)
+        return dist.all_to_all_single(out, table[self.asked.rows.long()], self.sent, self.received,
+                                      async_op=async_op)
 
     def send_back(self, grad):
         """Start sending each row's gradient (grad, in the order the rows were asked for) to its owner; returns a
         function that, called once the exchange has run (on a GPU: any time, the stream waits), gives the local
-        rows this rank was sent gradients for, sorted, and each one's gradient summed over the ranks (float32). A
-        row several ranks asked for comes once per rank, each time with the whole sum, so that its updates agree.
-        No torch.unique: its size would make the host wait for the backward pass."""
-        incoming = grad.new_empty(len(self.asked), grad.size(1))
+        rows this rank was sent gradients for, distinct and sorted, and each one's gradient summed over the ranks
+        (float32), in the order of the ranks."""
+        asked = self.asked
+        assert asked.distinct is not None, "the rows' gradients go back only where the requests came with the batch"
+        incoming = grad.new_empty(len(asked.rows), grad.size(1))
         work = dist.all_to_all_single(incoming, grad.contiguous(), self.received, self.sent, async_op=True)
 
         def summed():
             work.wait()
-            local, by_row = self.asked.sort()
-            first = torch.ones_like(local, dtype=torch.bool)
-            first[1:] = local[1:] != local[:-1]
-            segment = first.cumsum(0) - 1  # each entry's place among the distinct rows
-            sums = torch.zeros(len(local), grad.size(1), device=grad.device).index_add_(0, segment,
-                                                                                       incoming[by_row].float())
-            return local, sums[segment]
+            sums = torch.zeros(len(asked.distinct), grad.size(1), device=grad.device)
+            return asked.distinct, sums.index_add_(0, asked.segments, incoming.float())
 
         return summed
 
@@ -698,6 +709,24 @@ def exchange_row_counts(owners, group):
     sent, received = torch.tensor(owners, dtype=torch.int64), torch.empty(len(owners), dtype=torch.int64)
     dist.all_to_all_single(received, sent, group=group)
     return tuple(received.tolist())
+
+
+def exchange_row_requests(rows, owners, group, out=None):
+    """The rows of this rank's shard that the ranks ask for (RowRequests, on the host), exchanged between the
+    hosts through `group`, a gloo group, from this rank's rows (numpy, grouped by owner: gather_ngram_rows). On the
+    host, and a step ahead in the loader's worker, the requests' sort (np.unique) costs the step nothing: on the
+    GPU the sort (CUB's, with its memsets), the segments and two gathers took about 20 kernels and 0.15 ms at the
+    end of every step (2 H200s, stage 0, session 33's trace). out: three int32 numpy arrays to hold the rows, the
+    distinct rows and the segments, each as long as the rows may be (HostBuffers'); None: new ones. Every rank of
+    the group must exchange as often, in the same order."""
+    counts = exchange_row_counts(owners, group)
+    asked, distinct, segments = out if out is not None else [np.empty(sum(counts), dtype=np.int32) for _ in range(3)]
+    asked = torch.from_numpy(asked[: sum(counts)])
+    dist.all_to_all_single(asked, torch.from_numpy(rows // len(owners)), list(counts), list(owners), group=group)
+    unique, inverse = np.unique(asked.numpy(), return_inverse=True)
+    distinct, segments = distinct[: len(unique)], segments[: len(inverse)]
+    distinct[:], segments[:] = unique, inverse
+    return RowRequests(counts, asked, torch.from_numpy(distinct), torch.from_numpy(segments))
 
 
 def sum_of(tensors):
@@ -1271,8 +1300,8 @@ class RowAdam(torch.optim.Optimizer):
     (last_step). Cautious decay needs an update to compare with, so these steps' decay is plain.
 
     With several ranks each rank updates the rows of its shard of the table that any rank read: the fetch's
-    RowExchange sends each row's gradient to its owner, which sums them over the ranks (a row read by several
-    ranks comes as often, with the same sum: its writes agree).
+    RowExchange sends each row's gradient to its owner, which sums them over the ranks, each row once (the rows
+    and their order among the requests come with the batch: RowRequests).
 
     Group keys: lr (the scheduled base rate, set every step), lr_mul, wd (adam_wd times wd_mul), beta2."""
 
@@ -1696,9 +1725,11 @@ class SequenceBoundaries:
 
 
 # what a batch carries to the device: per-token fields (a MicroBatch's), then the sequences' boundaries, the
-# sampled softmax's vocabulary rows and the step's rows of the n-gram table
+# sampled softmax's vocabulary rows, the step's rows of the n-gram table and the rows the ranks ask of this one's
+# shard (RowRequests' tensors)
 TOKEN_FIELDS = ("inputs", "targets", "bigram_slots", "trigram_slots", "bigram_signs", "trigram_signs")
-HOST_FIELDS = TOKEN_FIELDS + ("cu_seqlens", "candidates", "ngram_rows")
+ASKED_FIELDS = ("asked_rows", "asked_distinct", "asked_segments")
+HOST_FIELDS = TOKEN_FIELDS + ("cu_seqlens", "candidates", "ngram_rows") + ASKED_FIELDS
 
 
 class HostBuffers:
@@ -1708,14 +1739,15 @@ class HostBuffers:
         self.pin_memory, self.tensors = pin_memory, {}
         self.copied = torch.cuda.Event() if pin_memory else None
 
-    def reserve(self, tokens, candidates):
+    def reserve(self, tokens, candidates, asked_rows=0):
         """Wait until the last copy out of this slot is done, then make room for `tokens` of each per-token field
-        and of cu_seqlens, for `candidates` rows and for two n-gram rows a token; numpy views in HOST_FIELDS
-        order."""
+        and of cu_seqlens, for `candidates` rows, for two n-gram rows a token and for `asked_rows` rows asked of
+        this rank's shard in each of ASKED_FIELDS; numpy views in HOST_FIELDS order."""
         if self.copied is not None:
             self.copied.synchronize()
+        sizes = dict(candidates=candidates, ngram_rows=2 * tokens, **dict.fromkeys(ASKED_FIELDS, asked_rows))
         for name in HOST_FIELDS:
-            size = dict(candidates=candidates, ngram_rows=2 * tokens).get(name, tokens)
+            size = sizes.get(name, tokens)
             if name not in self.tensors or self.tensors[name].numel() < size:
                 self.tensors[name] = torch.empty(size, dtype=torch.int32, pin_memory=self.pin_memory)
         return [self.tensors[name].numpy() for name in HOST_FIELDS]
@@ -1730,13 +1762,17 @@ class HostBatch:
     max_lens: list  # per micro-batch
     sampled: list  # per micro-batch: whether its candidates held all its targets (else: the whole vocabulary)
     ngram_owners: tuple = ()  # how many of the step's distinct n-gram rows each rank holds (gather_ngram_rows)
-    ngram_asked: tuple = ()  # how many rows each rank asks of this one's shard, if exchanged as it was built
+    ngram_asked: Optional[RowRequests] = None  # the rows the ranks ask of this one's shard, if exchanged as it was
+    # built (its tensors in the slot)
 
     def tensors(self):
         """The filled part of the slot, one tensor per name in HOST_FIELDS."""
         n_tokens = self.shape.tokens * self.shape.accum_steps
+        asked = self.ngram_asked
         filled = {"cu_seqlens": sum(n + 1 for n in self.num_seqs),
-                  "candidates": self.shape.candidates * self.shape.accum_steps, "ngram_rows": sum(self.ngram_owners)}
+                  "candidates": self.shape.candidates * self.shape.accum_steps, "ngram_rows": sum(self.ngram_owners),
+                  **dict(zip(ASKED_FIELDS, (0, 0, 0) if asked is None else
+                             (len(asked.rows), len(asked.distinct), len(asked.segments))))}
         return [self.buffers.tensors[name][: filled.get(name, n_tokens)] for name in HOST_FIELDS]
 
 
@@ -1817,19 +1853,21 @@ class TrainSource:
     A step is world_size * accum_steps micro-batches; micro-batch a of rank r is number a * world_size + r,
     so every world size trains on the same tokens. A cursor is (shard number, document number).
 
-    counts_group: a gloo group of the ranks, through which each batch's n-gram row counts are exchanged as it is
-    built (exchange_row_counts; HostBatch.ngram_asked), in the PrefetchLoader's worker. In the training step
-    (fetch_ahead) the exchange held each host until every rank's host reached it: its gloo operation took 0.3 to
-    10.6 ms a step (2 H100s, stage 0, session 23's traces). In the worker a batch's build waits for the other
-    ranks' builds of the same batch, a step or more ahead of training. None: they are exchanged when the rows
-    are fetched (RowExchange). A rank that fails while its worker waits there ends once the other ranks' builds
-    of that batch come, or those ranks end: Python waits for the worker at exit.
+    requests_group: a gloo group of the ranks, through which each batch's n-gram row requests are exchanged as
+    it is built (exchange_row_requests: the rows each rank asks of this one, HostBatch.ngram_asked), in the
+    PrefetchLoader's worker. In the training step (fetch_ahead) their counts' exchange held each host until every
+    rank's host reached it: its gloo operation took 0.3 to 10.6 ms a step (2 H100s, stage 0, session 23's traces);
+    the rows' exchange, over NCCL on the compute stream, waited there behind Adam's all-gathers, 0.3 ms of every
+    other step (2 H200s, session 33's traces). In the worker a batch's build waits for the other ranks' builds of
+    the same batch, a step or more ahead of training. None: they are exchanged when the rows are fetched
+    (RowExchange), and RowAdam cannot step on them. A rank that fails while its worker waits there ends once the
+    other ranks' builds of that batch come, or those ranks end: Python waits for the worker at exit.
     """
 
     def __init__(self, pattern, rank, world_size, repeat, pin_memory=False, vocab_size=Hyperparameters.vocab_size,
-                 ngram_rows=Hyperparameters.ngram_rows, counts_group=None):
+                 ngram_rows=Hyperparameters.ngram_rows, requests_group=None):
         self.pattern, self.paths = pattern, shard_paths(pattern)
-        self.rank, self.world_size, self.repeat, self.counts_group = rank, world_size, repeat, counts_group
+        self.rank, self.world_size, self.repeat, self.requests_group = rank, world_size, repeat, requests_group
         self.vocab_size, self.ngram_rows = vocab_size, ngram_rows
         self.shards = ShardCache(self.paths, pin_memory, wrap=repeat)
         self.start = (0, 0)
@@ -1858,8 +1896,12 @@ class TrainSource:
     def build(self, cursor, shape, buffers):
         """The batch at `cursor`, built into `buffers`: a HostBatch, and the cursor after it."""
         host = HostBatch(shape, cursor, buffers, [], [], [])
-        *per_token, cu_seqlens, candidates, ngram_rows = buffers.reserve(shape.accum_steps * (shape.tokens + 1),
-                                                                         shape.accum_steps * shape.candidates)
+        n_tokens = shape.accum_steps * shape.tokens
+        # each rank asks this one for at most its distinct rows, two a token
+        asked_rows = 2 * n_tokens * self.world_size if self.requests_group is not None else 0
+        views = buffers.reserve(shape.accum_steps * (shape.tokens + 1), shape.accum_steps * shape.candidates,
+                                asked_rows)
+        *per_token, cu_seqlens, candidates, ngram_rows = views[: -len(ASKED_FIELDS)]
         for a in range(shape.accum_steps):
             for r in range(self.world_size):
                 shard, doc = cursor
@@ -1874,23 +1916,23 @@ class TrainSource:
                     start = (shard * 1_000_003 + doc) * 2_654_435_761 % self.vocab_size  # any spread of starts
                     host.sampled.append(len(rows) > 0 and choose_candidates(per_token[1][t: t + shape.tokens],
                                                                             self.vocab_size, start, rows))
-        n_tokens = shape.accum_steps * shape.tokens
         host.ngram_owners = gather_ngram_rows(per_token[2][:n_tokens], per_token[3][:n_tokens], ngram_rows,
                                               self.world_size)
-        if self.counts_group is not None:
-            host.ngram_asked = exchange_row_counts(host.ngram_owners, self.counts_group)
+        if self.requests_group is not None:
+            host.ngram_asked = exchange_row_requests(ngram_rows[: sum(host.ngram_owners)], host.ngram_owners,
+                                                     self.requests_group, views[-len(ASKED_FIELDS):])
         return host, cursor
 
 
 def train_source(args, rank, world_size, pin_memory):
     """The training shards as rank `rank` reads them, from the flags: the run, its compile helpers and the
-    benchmarks all build theirs here. With several processes, each call makes a gloo group for its row counts
+    benchmarks all build theirs here. With several processes, each call makes a gloo group for its row requests
     (TrainSource), so every rank must call it as often, in the same order. A group of its own, not the table's
     (NgramTable.host_group): the loader's worker exchanges on it while the training thread exchanges on that,
     and two threads' collectives on one group could meet in a different order on each rank."""
     group = dist.new_group(backend="gloo") if world_size > 1 else None
     return TrainSource(args.train_files, rank, world_size, args.repeat_train_files, pin_memory=pin_memory,
-                       vocab_size=args.vocab_size, ngram_rows=args.ngram_rows, counts_group=group)
+                       vocab_size=args.vocab_size, ngram_rows=args.ngram_rows, requests_group=group)
 
 
 class ValSource:
@@ -1920,7 +1962,7 @@ class ValSource:
 
     def build(self, cursor, shape, buffers):
         assert shape.tokens == self.chunk and shape.accum_steps == 1 and not shape.candidates
-        *per_token, cu_seqlens, _, ngram_rows = buffers.reserve(self.chunk + 1, 0)
+        *per_token, cu_seqlens, _, ngram_rows = buffers.reserve(self.chunk + 1, 0)[: -len(ASKED_FIELDS)]
         begin = cursor * self.chunk
         window = self.tokens[begin: begin + self.chunk + 1]
         starts = np.union1d([0], np.flatnonzero(window[:-1] == BOS))
@@ -1955,19 +1997,27 @@ class MicroBatch:
     ngram_rows: Optional[torch.Tensor] = None  # int32: the step's distinct rows of the n-gram table, shared by its
     # micro-batches (gather_ngram_rows); None: already in the table's cache (a CUDA graph's replay)
     ngram_owners: tuple = ()  # how many of ngram_rows each rank holds, in order (gather_ngram_rows)
-    ngram_asked: tuple = ()  # how many rows each rank asks of this one's shard, if known (HostBatch)
+    ngram_asked: Optional[RowRequests] = None  # the rows the ranks ask of this one's shard, if known (HostBatch)
+
+
+def _ngram_rows(host, tensors):
+    """A HostBatch's n-gram rows and the rows the ranks ask of this one (RowRequests; None where not exchanged),
+    from its tensors (host.tensors(), or their copies on the device)."""
+    rows, *asked = tensors[-1 - len(ASKED_FIELDS):]
+    return rows, None if host.ngram_asked is None else RowRequests(host.ngram_asked.counts, *asked)
 
 
 def _micro_batches(host, tensors):
     """The micro-batches of a HostBatch, from its tensors (host.tensors(), or their copies on the device)."""
-    *per_token, cu_seqlens, candidates, ngram_rows = tensors
+    *per_token, cu_seqlens, candidates = tensors[: -1 - len(ASKED_FIELDS)]
+    ngram_rows, asked = _ngram_rows(host, tensors)
     shape, batches, c = host.shape, [], 0
     for a, (n, max_len, sampled) in enumerate(zip(host.num_seqs, host.max_lens, host.sampled)):
         t = slice(a * shape.tokens, (a + 1) * shape.tokens)
         seqs = SequenceBoundaries(cu_seqlens[c: c + n + 1], max_len)
         rows = candidates[a * shape.candidates: (a + 1) * shape.candidates] if sampled else None
         batches.append(MicroBatch(*(field[t] for field in per_token), seqs, rows, ngram_rows, host.ngram_owners,
-                                  host.ngram_asked))
+                                  asked))
         c += n + 1
     return batches
 
@@ -2034,13 +2084,15 @@ class PrefetchLoader:
 
     def upcoming(self, shape):
         """What the table needs of the batch that the next send(shape) will return, to fetch its rows ahead
-        (NgramTable.fetch_ahead): its n-gram rows, on their way to the device, how many of them each rank holds
-        and how many each asks of this one (HostBatch), and the event after their copy (None on a CPU). None if
-        that batch is not on its way: it will be rebuilt at another shape, or its build failed."""
+        (NgramTable.fetch_ahead): its n-gram rows, on their way to the device, how many of them each rank holds,
+        the rows the ranks ask of this one (RowRequests, also on their way; None where not exchanged), and the
+        event after their copy (None on a CPU). None if that batch is not on its way: it will be rebuilt at another
+        shape, or its build failed."""
         if not isinstance(self.uploaded, tuple) or self.uploaded[0].shape != shape:
             return None
         host, tensors = self.uploaded
-        return tensors[HOST_FIELDS.index("ngram_rows")], host.ngram_owners, host.ngram_asked, host.buffers.copied
+        rows, asked = _ngram_rows(host, tensors)
+        return rows, host.ngram_owners, asked, host.buffers.copied
 
     def send(self, shape):
         if isinstance(self.uploaded, tuple) and self.uploaded[0].shape != shape:

@@ -665,9 +665,9 @@ def test_work_after_gradient_events_sees_each_replay_s_final_gradients_before_it
 
 def nccl_sharded_table(rank, world_size, port, out_dir, ahead):
     """test_model's sharded-table steps on GPU `rank` of world_size, through NCCL: saves what each fetch brought
-    and this rank's shard after the steps. ahead: each step's rows are fetched as a fetch ahead (the values'
-    exchange left running), with their counts exchanged before over a gloo group of their own, as a training
-    batch's builder exchanges them (TrainSource), then asked for as the forward pass asks for them."""
+    and this rank's shard after the steps, the rows each rank asks of the others exchanged over a gloo group of
+    their own, as a training batch's builder exchanges them (TrainSource). ahead: each step's rows are fetched as a
+    fetch ahead (the values' exchange left running), then asked for as the forward pass asks for them."""
     from test_model import sharded_table_steps
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.cuda.set_device(rank)
@@ -676,7 +676,7 @@ def nccl_sharded_table(rank, world_size, port, out_dir, ahead):
         table, plan = sharded_table_steps(world_size)
         with torch.device("cuda"):  # the table in bf16, as in a run
             ngram = tg.NgramTable(len(table), table.size(1), capacity=64, world_size=world_size)
-            counts_group = dist.new_group(backend="gloo")
+            requests_group = dist.new_group(backend="gloo")
             opt = tg.RowAdam(ngram, tg.param_config("ngram.cache"), lr=0.002, wd=0.5, steps=len(plan))
         with torch.no_grad():
             ngram.table.copy_(table[rank::world_size])
@@ -686,9 +686,12 @@ def nccl_sharded_table(rank, world_size, port, out_dir, ahead):
             by_owner = torch.argsort(read % world_size, stable=True)  # as the loader hands them out
             rows, grad = read[by_owner].int().cuda(), g[by_owner].cuda()
             owners = tuple(torch.bincount(read % world_size, minlength=world_size).tolist())
+            # the rows the ranks ask of this one, as a training batch's builder exchanges them, then on the GPU
+            asked = tg.exchange_row_requests(rows.cpu().numpy(), owners, requests_group)
+            asked = tg.RowRequests(asked.counts, *(t.cuda() for t in (asked.rows, asked.distinct, asked.segments)))
             if ahead:
-                ngram.fetch_ahead(rows, owners, tg.exchange_row_counts(owners, counts_group), None)
-            ngram.fetch(rows, owners)  # as the forward pass asks: fetched already, once the values are in
+                ngram.fetch_ahead(rows, owners, asked, None)
+            ngram.fetch(rows, owners, asked)  # as the forward pass asks: fetched already if ahead
             fetched.append(ngram.cache[: len(rows)].detach().float().cpu())
             ngram.cache.grad = torch.zeros_like(ngram.cache)
             ngram.cache.grad[: len(rows)] = grad.to(ngram.cache.dtype)

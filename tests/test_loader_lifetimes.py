@@ -216,10 +216,10 @@ def test_a_host_slot_is_refilled_only_after_the_copy_that_read_it_has_completed(
     an event recorded after it is synchronized, so this holds only if reserve synchronized the slot's event."""
     reserve, refills = tg.HostBuffers.reserve, []
 
-    def checked_reserve(buffers, tokens, candidates):
+    def checked_reserve(buffers, tokens, candidates, asked_rows=0):
         old = list(buffers.tensors.values())
         running_before = gpu.unfinished_copies_from(old)
-        views = reserve(buffers, tokens, candidates)
+        views = reserve(buffers, tokens, candidates, asked_rows)
         refills.append((len(running_before), gpu.unfinished_copies_from(old + list(buffers.tensors.values()))))
         return views
 

@@ -481,26 +481,33 @@ def run_train_steps(rank, world_size, num_shares, ahead=False):
     """The six steps of TRAIN_STEPS (the untie after step 3, Adam on odd steps) through train_step, as rank
     `rank` of world_size: each rank trains on its micro-batches of every step; one process takes them all.
     ahead: each step is given the next step's n-gram rows to fetch (upcoming), and the next step's forward pass
-    must find them in the table's cache; with several ranks their row counts are exchanged as the batches are
-    built, as in training (train_source), instead of when the rows are fetched."""
+    must find them in the table's cache. With several ranks the rows each rank asks of the others are exchanged
+    as the batches are built, as in training (train_source)."""
     args = tg.parse_args(TRAIN_STEPS)
     model = tg.build_model(args, torch.device("cpu"), world_size)
     optimizers = tg.make_optimizers(model, args, world_size)
-    group = dist.new_group(backend="gloo") if ahead and world_size > 1 else None
+    group = dist.new_group(backend="gloo") if world_size > 1 else None
     source = tg.TrainSource(args.train_files, rank, world_size, repeat=True, ngram_rows=args.ngram_rows,
-                            counts_group=group)
+                            requests_group=group)
     shapes = [tg.train_shape(args, world_size, tg.TRAINING_STAGES[tg.stage_index(s, args)]) for s in range(6)]
     batches = list(tg.synchronous_batches(source, shapes))
-    losses = []
-    for step, batch in enumerate(batches):
-        upcoming = None
-        if ahead:
-            assert (model.ngram.fetched is batch[0].ngram_rows) == (step > 0)
-            assert bool(batch[0].ngram_asked) == (world_size > 1)
-            if step + 1 < len(batches):
-                following = batches[step + 1][0]
-                upcoming = following.ngram_rows, following.ngram_owners, following.ngram_asked, None
-        losses.append(tg.train_step(model, batch, optimizers, step, args, world_size, upcoming).item())
+    losses, exchanges, all_to_all = [], [], dist.all_to_all_single
+    dist.all_to_all_single = lambda *args, **kwargs: exchanges.append(None) or all_to_all(*args, **kwargs)
+    try:
+        for step, batch in enumerate(batches):
+            upcoming = None
+            if ahead:
+                assert (model.ngram.fetched is batch[0].ngram_rows) == (step > 0)
+                assert bool(batch[0].ngram_asked) == (world_size > 1)
+                if step + 1 < len(batches):
+                    following = batches[step + 1][0]
+                    upcoming = following.ngram_rows, following.ngram_owners, following.ngram_asked, None
+            losses.append(tg.train_step(model, batch, optimizers, step, args, world_size, upcoming).item())
+    finally:
+        dist.all_to_all_single = all_to_all
+    # a step's exchanges of n-gram rows with several ranks: the values and the gradients, and not the rows each
+    # rank asks of the others, which come with the batches
+    assert len(exchanges) == (0 if world_size == 1 else 2 * len(batches))
     # the n-gram table's cache holds each rank's own rows, and each rank its shard of the table (rows rank::2)
     weights = {name: p.detach() for name, p in model.named_parameters() if name != "ngram.cache"}
     return losses, weights, model.ngram.table
@@ -531,8 +538,7 @@ def run_train_steps_ahead(rank, world_size, num_shares):
 def test_fetching_the_next_steps_rows_ahead_trains_exactly_as_fetching_them_in_its_forward_pass(gloo_runs):
     """train_step given the next step's n-gram rows (upcoming) fetches them after RowAdam's update of the table:
     one process and each of two ranks train the same losses, weights and table, bit for bit, as when each
-    forward pass fetches its own rows (rows fetched before the update would be a step stale). On two ranks the
-    rows' counts come with the batches ahead (exchanged as they were built), and with the fetch otherwise."""
+    forward pass fetches its own rows (rows fetched before the update would be a step stale)."""
     for fetched_in_forward, ahead in [(run_train_steps(0, 1, 2), run_train_steps_ahead(0, 1, 2)),
                                       *zip(gloo_runs(run_train_steps, 2), gloo_runs(run_train_steps_ahead, 2))]:
         (losses, weights, table), (losses_ahead, weights_ahead, table_ahead) = fetched_in_forward, ahead
@@ -540,25 +546,34 @@ def test_fetching_the_next_steps_rows_ahead_trains_exactly_as_fetching_them_in_i
         assert all(torch.equal(weights_ahead[name], weights[name]) for name in weights)
 
 
-def run_row_counts(rank, world_size, num_shares, steps=4):
+def run_row_requests(rank, world_size, num_shares, steps=4):
     """Each of a PrefetchLoader's first `steps` batches (the stages' shapes in turn, so that it rebuilds at each
-    new one) on rank `rank`: how many of its n-gram rows each rank holds, and how many each asks of this one,
-    exchanged in the loader's worker (train_source's gloo group)."""
+    new one) on rank `rank`: its n-gram rows, how many of them each rank holds, how many each asks of this one and
+    which, exchanged in the loader's worker (train_source's gloo group)."""
     args = tg.parse_args(TRAIN_STEPS)
     loader = tg.PrefetchLoader(tg.train_source(args, rank, world_size, pin_memory=False), torch.device("cpu"))
     shapes = [tg.train_shape(args, world_size, stage) for stage in tg.TRAINING_STAGES]
-    return [(micro.ngram_owners, micro.ngram_asked) for step in range(steps)
+    return [(micro.ngram_rows, micro.ngram_owners, dataclasses.astuple(micro.ngram_asked)) for step in range(steps)
             for micro in loader.send(shapes[step % len(shapes)])[:1]]
 
 
-def test_each_rank_is_asked_for_as_many_rows_as_the_others_ask_of_it(gloo_runs):
-    """The row counts exchanged as two ranks' loaders build their batches: what rank r asks of rank s (its
-    owners[s]) is what rank s is told it is asked for (its asked[r]), batch by batch, across rebuilds."""
-    ranks = gloo_runs(run_row_counts, 2)
+def test_each_rank_is_asked_for_the_rows_the_others_ask_of_it(gloo_runs):
+    """The row requests exchanged as two ranks' loaders build their batches, batch by batch, across rebuilds: what
+    rank r asks of rank s (its owners[s] rows, held by s) is what rank s is told it is asked for (its asked[r]),
+    and the rows s is told of are those rows, as their places in its shard (row // 2), in the order r asks; with
+    them the distinct rows, ascending, and each request's place among them (RowRequests)."""
+    ranks = gloo_runs(run_row_requests, 2)
     assert len(ranks[0]) == len(ranks[1]) == 4
-    for (owners_0, asked_0), (owners_1, asked_1) in zip(*ranks):
+    for batch in zip(*ranks):
+        (_, owners_0, (asked_0, *_)), (_, owners_1, (asked_1, *_)) = batch
         assert len(owners_0) == len(asked_0) == 2 and min(owners_0 + owners_1) > 0
         assert asked_0 == (owners_0[0], owners_1[0]) and asked_1 == (owners_0[1], owners_1[1])
+        for s, (_, _, fields) in enumerate(batch):
+            asked = tg.RowRequests(*fields)  # sent back as a tuple: torch.load takes tensors and plain types only
+            wanted = torch.cat([rows[sum(owners[:s]): sum(owners[: s + 1])] for rows, owners, _ in batch])
+            assert torch.equal(asked.rows, wanted // 2) and torch.all(wanted % 2 == s)
+            assert torch.equal(asked.distinct, asked.rows.unique()) and len(asked.distinct) < len(asked.rows)
+            assert torch.equal(asked.distinct[asked.segments.long()], asked.rows)
 
 
 def sharded_table_steps(world_size, rows=50, dim=6, steps=5):
@@ -599,7 +614,9 @@ def run_sharded_table(rank, world_size, ranks):
             by_owner = torch.argsort(read % world_size, stable=True)
             rows, grad = read[by_owner], g[by_owner]
         owners = tuple(torch.bincount(rows % world_size, minlength=world_size).tolist())
-        ngram.fetch(rows.int(), owners)
+        # the rows the ranks ask of this one, as a training batch's builder exchanges them
+        asked = tg.exchange_row_requests(rows.int().numpy(), owners, None) if world_size > 1 else None
+        ngram.fetch(rows.int(), owners, asked)
         fetched.append(ngram.cache[: len(rows)].detach().clone())
         ngram.cache.grad = torch.zeros_like(ngram.cache)
         ngram.cache.grad[: len(rows)] = grad
@@ -632,7 +649,7 @@ def test_sharded_ngram_table_fetches_and_updates_as_one_table_does(world_size, g
 
 
 # The runs of the tests above that share a gloo group (gloo_runs), by world size: one after another in each process.
-GLOO_RUNS = {2: (run_muon, run_adam, run_reductions, run_train_steps, run_train_steps_ahead, run_row_counts,
+GLOO_RUNS = {2: (run_muon, run_adam, run_reductions, run_train_steps, run_train_steps_ahead, run_row_requests,
                  run_sharded_table),
              4: (run_muon, run_adam, run_sharded_table)}
 
