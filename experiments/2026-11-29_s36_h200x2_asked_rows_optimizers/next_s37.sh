@@ -20,7 +20,10 @@
 #    - orders: merge if the tests pass, stage 0's step is below main's and no stage's step is more than 0.5 % above
 #      main's.
 #    No more runs of either rule, whatever the outcome.
-# 3. Both patches together, stages 0-5, one profile (the README's table if both merge).
+# 3. Both patches together, stages 0-5, one profile (the README's table if both merge). Then "s37 done".
+# 4. If the device time allows (about 2.5 minutes more; else stop collecting at "s37 done"): main's cold start on
+#    both GPUs, 30 + 1 steps, empty compile cache (session 33: 89.0 s, before the asked rows and NorMuon's five
+#    static application graphs). It ends with "cold done".
 #   call, carry [".proxyA"]: setsid nohup bash experiments/2026-11-29_s36_h200x2_asked_rows_optimizers/next_s37.sh
 #     > /tmp/s37.log 2>&1 < /dev/null & sleep 2; bash experiments/2026-11-27_h100x2_stack_ab_records/collect.sh 560
 #     "s37 done" /tmp/s37.log
@@ -58,3 +61,9 @@ for k in 1 2; do
 done
 profile both_all /tmp/gt_both 0 1 2 3 4 5
 echo "=== s37 done $(date +%T)" >> $R/progress
+echo "=== cold start on 2 GPUs, main $(date +%T)" >> $R/progress
+rm -rf logs /tmp/cc_cold
+CUDA_VISIBLE_DEVICES=0,1 timeout 300 torchrun --standalone --nproc_per_node 2 train_gpt.py "${FLAGS[@]}" \
+  --compile_cache /tmp/cc_cold --scheduled_steps 30 --extension_steps 1 --val_loss_every 0 < /dev/null > $R/cold.out 2>&1
+grep -h "^startup\|^precompile .*: ended\|^warning\|^final" logs/*.txt | cut -f1 >> $R/progress
+echo "=== cold done $(date +%T)" >> $R/progress
