@@ -12,12 +12,20 @@
 # 2. a cold start of each arm under startup_profile.py (the training process's Adam and RowAdam frames, its
 #    AOTAutograd misses);
 # 3. step_profile on the patch with the caches of its cold start (the graphs the helpers compiled).
+# 4. Then the patch's GPU tests (-k "adam or warm_start or precompile", about 5 minutes; needed before it lands,
+#    so run them in a later call if the device time ends first).
 # Land optimizer_precompile2.patch only if: in 1 and 3 Adam's span and the head's update kernel, and RowAdam's
 # span, are each within 2 % of the base's in 1 or faster; and in 2 the training process's Adam and RowAdam frames
 # after step 0 spend no Inductor time (loaded from the helpers) and its AOTAutograd misses are fewer than the base's.
-#   call, carry [".proxyA"]: OUT=$OUT bash experiments/2026-11-29_s36_h200x2_asked_rows_optimizers/next_s37b.sh
+#   call, carry [".proxyA"] (parts 1-3 about 6-8 minutes, with the tests about 13: start it with setsid):
+#     setsid nohup env OUT=/tmp/res bash experiments/2026-11-29_s36_h200x2_asked_rows_optimizers/next_s37b.sh
+#     > /tmp/s37b.log 2>&1 < /dev/null & sleep 2; bash experiments/2026-11-27_h100x2_stack_ab_records/collect.sh 560
+#     "tests done" /tmp/s37b.log
+#   then the same collect.sh line with 580 AT ONCE if it has not ended.
 E=experiments/2026-11-29_s36_h200x2_asked_rows_optimizers
-R=$OUT; rm -rf /tmp/gm /tmp/gp /tmp/cc_* /tmp/ind_[mp] /tmp/tri_[mp]; mkdir -p $R; cp -r . /tmp/gm; cp -r . /tmp/gp
+# R emptied first: after next_s37.sh on the same machine, /tmp/res holds its results, collected already
+R=${OUT:?set OUT}; rm -rf /tmp/gm /tmp/gp /tmp/cc_* /tmp/ind_[mp] /tmp/tri_[mp] "$R"; mkdir -p $R
+cp -r . /tmp/gm; cp -r . /tmp/gp
 for t in /tmp/gm /tmp/gp; do
   (cd $t && if git apply --check $E/adam_inplace_gathers.patch 2>/dev/null; then git apply $E/adam_inplace_gathers.patch; fi)
 done
@@ -54,3 +62,8 @@ profile p /tmp/gp "TORCHINDUCTOR_CACHE_DIR=/tmp/ind_p TRITON_CACHE_DIR=/tmp/tri_
 cold m /tmp/gm; cold p /tmp/gp
 profile p_helpers /tmp/gp "TORCHINDUCTOR_CACHE_DIR=/tmp/cc_p/inductor/gpu0.train_gpt TRITON_CACHE_DIR=/tmp/cc_p/triton"
 echo "=== s37b done $(date +%T)" >> $R/progress
+echo "=== GPU tests, the patch $(date +%T)" >> $R/progress
+(cd /tmp/gp && TORCHINDUCTOR_CACHE_DIR=/tmp/ind_tests_b TRITON_CACHE_DIR=/tmp/tri_tests_b timeout 420 python3 -m pytest \
+  -q -p no:cacheprovider tests/test_gpu.py -k "adam or warm_start or precompile" > $R/tests_p.txt 2>&1)
+tail -1 $R/tests_p.txt >> $R/progress; grep -m3 "Error\|assert" $R/tests_p.txt >> $R/progress
+echo "=== tests done $(date +%T)" >> $R/progress
