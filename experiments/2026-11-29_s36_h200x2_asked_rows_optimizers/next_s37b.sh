@@ -17,6 +17,9 @@
 # Land optimizer_precompile2.patch only if: in 1 and 3 Adam's span and the head's update kernel, and RowAdam's
 # span, are each within 2 % of the base's in 1 or faster; and in 2 the training process's Adam and RowAdam frames
 # after step 0 spend no Inductor time (loaded from the helpers) and its AOTAutograd misses are fewer than the base's.
+# Also compare the two cold starts' final val losses (the same 31 steps): the patch rounds as the base does on the
+# CPU, but Inductor compiles it differently. If they differ by more than 0.005, a two-seed time-to-loss A/B against
+# the base comes before landing.
 #   call, carry [".proxyA"] (parts 1-3 about 6-8 minutes, with the tests about 13: start it with setsid):
 #     setsid nohup env OUT=/tmp/res bash experiments/2026-11-29_s36_h200x2_asked_rows_optimizers/next_s37b.sh
 #     > /tmp/s37b.log 2>&1 < /dev/null & sleep 2; bash experiments/2026-11-27_h100x2_stack_ab_records/collect.sh 560
