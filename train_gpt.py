@@ -891,7 +891,11 @@ def zero_state(optimizer):
 def on_gpu_compiled(function, cuda, dynamic=True):
     """An optimizer's arithmetic as its step calls it: compiled on a GPU, whole (fullgraph), so that its
     elementwise work runs as few passes over memory, at dynamic shapes (a graph serves every size a run gives
-    it) unless dynamic=False (a graph for each shape); run as written on the CPU."""
+    it) unless dynamic=False (a graph for each shape); run as written on the CPU. A dynamic graph's kernels are
+    generated and tuned for the size of the call that compiled it, in whichever process did (the compile cache's
+    keys leave sizes out), and serve every other size so: dynamic only where sizes change from step to step
+    (RowAdam's rows) or where a graph's sizes are alike (Adam's: a graph for each group, as its betas are
+    compiled in; docs/performance.md, candidate 7)."""
     return compiled(function, dynamic, True) if cuda else function
 
 
