@@ -613,15 +613,18 @@ class NgramTable(nn.Module):
     def forward(self, batch):
         if batch.ngram_rows is not None:
             self.fetch(batch.ngram_rows, batch.ngram_owners, batch.ngram_asked)
-        (bigrams,) = RowLookup.apply(batch.bigram_slots, self.cache.dtype, self.cache)
-        (trigrams,) = RowLookup.apply(batch.trigram_slots, self.cache.dtype, self.cache)
+        (bigrams,) = RowLookup.apply(batch.bigram_slots, batch.bigram_order, self.cache.dtype, self.cache)
+        (trigrams,) = RowLookup.apply(batch.trigram_slots, batch.trigram_order, self.cache.dtype, self.cache)
         return bigrams * self.signs[batch.bigram_signs] + trigrams * self.signs[batch.trigram_signs]
 
 
 class RowLookup(torch.autograd.Function):
     """Each table's rows for the ids (F.embedding) in `dtype`, whose backward adds each table's gradient straight
-    into its .grad (add_row_sums), the ids sorted once for all the tables: the embeddings' rows for the tokens, and
-    the n-gram cache's for a micro-batch's slots. For an embedding autograd's own would, for every table and
+    into its .grad (add_row_sums), the ids in the sorted order the loader gave them (order: stable_order's), the
+    same for all the tables: the embeddings' rows for the tokens, and the n-gram cache's for a micro-batch's
+    slots. Sorted on the GPU, the three sorts of a micro-batch took about 0.1 ms of stage 0's step at the 8-GPU
+    per-rank shape, and left about 60 us of gaps around their memsets (CUB's radix sort; 2 H200s, session 36's
+    trace). For an embedding autograd's own would, for every table and
     micro-batch, sort the tokens, zero a gradient of the table's size (the vocabulary's), scatter the rows' sums
     into it and add it into .grad (and, for the head's weight while tied, add it to the head's own gradient first):
     about 0.2 ms a table at 16K tokens on an H200, the five embeddings' 4.5 % of stage 0's step at the 8-GPU
@@ -631,22 +634,22 @@ class RowLookup(torch.autograd.Function):
     (the head's matmul, while tied), so that a hook sees the whole gradient."""
 
     @staticmethod
-    def forward(ctx, ids, dtype, *tables):
+    def forward(ctx, ids, order, dtype, *tables):
         ctx.tables = tables
-        ctx.save_for_backward(ids)
+        ctx.save_for_backward(ids, order)
         ctx.set_materialize_grads(False)
         return tuple(F.embedding(ids, table).to(dtype) for table in tables)
 
     @staticmethod
     def backward(ctx, *grads):
-        (ids,) = ctx.saved_tensors
-        sorted_ids, order = torch.sort(ids, stable=True)
+        ids, order = ctx.saved_tensors
+        sorted_ids = ids[order]
         for table, grad in zip(ctx.tables, grads):
             if grad is not None:
                 if table.grad is None:
                     table.grad = torch.zeros_like(table)
                 add_row_sums(table.grad, grad, sorted_ids, order)
-        return (None,) * (2 + len(ctx.tables))
+        return (None,) * (3 + len(ctx.tables))
 
 
 @dataclass
@@ -811,7 +814,7 @@ class GPT(nn.Module):
         has given the device."""
         L, inputs = len(self.blocks), batch.inputs
         embed = self.head.weight if state.tied else self.embed.weight
-        *values, e = RowLookup.apply(inputs, self.embed.weight.dtype,  # bf16 activations on GPU
+        *values, e = RowLookup.apply(inputs, batch.input_order, self.embed.weight.dtype,  # bf16 activations on GPU
                                        *(table.weight for table in self.value_embeds), embed)
         value_embeds = [None] * L
         for layer, layer_values in zip(self.value_layers, values):
@@ -1732,7 +1735,8 @@ class SequenceBoundaries:
 # what a batch carries to the device: per-token fields (a MicroBatch's), then the sequences' boundaries, the
 # sampled softmax's vocabulary rows, the step's rows of the n-gram table and the rows the ranks ask of this one's
 # shard (RowRequests' tensors)
-TOKEN_FIELDS = ("inputs", "targets", "bigram_slots", "trigram_slots", "bigram_signs", "trigram_signs")
+TOKEN_FIELDS = ("inputs", "targets", "bigram_slots", "trigram_slots", "bigram_signs", "trigram_signs", "input_order",
+                "bigram_order", "trigram_order")
 ASKED_FIELDS = ("asked_rows", "asked_distinct", "asked_segments")
 HOST_FIELDS = TOKEN_FIELDS + ("cu_seqlens", "candidates", "ngram_rows") + ASKED_FIELDS
 
@@ -1812,6 +1816,27 @@ def gather_ngram_rows(bigram_rows, trigram_rows, out, world_size=1):
     return tuple(np.bincount(owner, minlength=world_size).tolist())
 
 
+def stable_order(ids, out):
+    """The order that sorts ids (non-negative int32) stably, into out (int32): a least-significant-digit radix
+    sort in 16-bit digits, as numpy's stable sort of 16-bit keys is a radix sort (its sort of int32 keys took
+    3.9 ms for 49,152 tokens on the 2-core development machine, two digits 0.74 ms)."""
+    order = np.argsort(ids.astype(np.uint16), kind="stable")  # the low digit (astype keeps the low 16 bits)
+    if len(ids) and ids.max() >> 16:
+        order = order[np.argsort((ids[order] >> 16).astype(np.uint16), kind="stable")]
+    out[:] = order
+
+
+def sort_ids(per_token, n_tokens, tokens):
+    """Each micro-batch's stable_order of its inputs, bigram slots and trigram slots into its input, bigram and
+    trigram orders, for RowLookup's backward pass; per_token: numpy views in TOKEN_FIELDS order, micro-batches of
+    `tokens` back to back, n_tokens in all, their slots final (gather_ngram_rows)."""
+    fields = dict(zip(TOKEN_FIELDS, per_token))
+    for t in range(0, n_tokens, tokens):
+        for ids, order in (("inputs", "input_order"), ("bigram_slots", "bigram_order"),
+                           ("trigram_slots", "trigram_order")):
+            stable_order(fields[ids][t: t + tokens], fields[order][t: t + tokens])
+
+
 def choose_candidates(targets, vocab_size, start, out):
     """The vocabulary rows of one micro-batch's sampled softmax (the public record's #92), in ascending order
     into `out`: every distinct target, topped up to len(out) rows with others, the first not among them along a
@@ -1835,7 +1860,7 @@ def _pack_documents(tokens, starts, lengths, max_len, table_rows, per_token, cu_
     attention sequences of at most max_len tokens; hash its n-grams into the table's rows (hash_ngrams; the
     step's gather_ngram_rows turns them into slots); write the sequences' boundaries to cu_seqlens; return
     their number and the longest. per_token: numpy views in TOKEN_FIELDS order."""
-    inputs, targets, *ngrams = per_token
+    inputs, targets, *ngrams = per_token[:6]  # the orders come once the step's slots are final (sort_ids)
     pieces = -(-lengths // max_len)
     first = np.repeat(np.cumsum(pieces) - pieces, pieces)  # index of each piece's first sibling
     offset = (np.arange(pieces.sum()) - first) * max_len  # where each piece starts inside its document
@@ -1923,6 +1948,7 @@ class TrainSource:
                                                                             self.vocab_size, start, rows))
         host.ngram_owners = gather_ngram_rows(per_token[2][:n_tokens], per_token[3][:n_tokens], ngram_rows,
                                               self.world_size)
+        sort_ids(per_token, n_tokens, shape.tokens)
         if self.requests_group is not None:
             host.ngram_asked = exchange_row_requests(ngram_rows[: sum(host.ngram_owners)], host.ngram_owners,
                                                      self.requests_group, views[-len(ASKED_FIELDS):])
@@ -1976,6 +2002,7 @@ class ValSource:
                                             cu_seqlens)
         owners = gather_ngram_rows(per_token[2][: self.chunk], per_token[3][: self.chunk], ngram_rows,
                                    self.world_size)
+        sort_ids(per_token, self.chunk, self.chunk)
         next_cursor = cursor + self.world_size
         host = HostBatch(shape, cursor, buffers, [num_seqs], [max_len], [False], owners)
         return host, next_cursor if next_cursor < self.num_chunks else next_cursor % self.world_size
@@ -1997,6 +2024,9 @@ class MicroBatch:
     trigram_slots: torch.Tensor  # int32 (tokens,): likewise its trigram row
     bigram_signs: torch.Tensor  # int32 (tokens,): each token's bigram sign pattern
     trigram_signs: torch.Tensor  # int32 (tokens,): and its trigram's
+    input_order: torch.Tensor  # int32 (tokens,): the inputs' stable sort order (stable_order), for RowLookup
+    bigram_order: torch.Tensor  # int32 (tokens,): likewise the bigram slots'
+    trigram_order: torch.Tensor  # int32 (tokens,): and the trigram slots'
     seqs: SequenceBoundaries
     candidates: Optional[torch.Tensor] = None  # int32 (rows,): the sampled softmax's rows; None: the whole vocabulary
     ngram_rows: Optional[torch.Tensor] = None  # int32: the step's distinct rows of the n-gram table, shared by its

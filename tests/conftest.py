@@ -104,14 +104,23 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
+def sorting_order(ids):
+    """train_gpt.stable_order of numpy ids, as a new int32 array."""
+    import train_gpt as tg
+    order = np.empty(len(ids), np.int32)
+    tg.stable_order(ids, order)
+    return order
+
+
 def micro_batch(inputs, targets, seqs):
     """A MicroBatch of the given tokens, their n-grams hashed as the loader hashes them into the smoke model's
     table (SMOKE_SETTINGS' ngram_rows)."""
     import train_gpt as tg
-    fields = [np.empty(len(inputs), np.int32) for _ in range(4)]
-    tg.hash_ngrams(inputs.numpy(), tg.SMOKE_SETTINGS["ngram_rows"], *fields)
+    fields = [np.empty(len(inputs), np.int32) for _ in range(7)]
+    tg.hash_ngrams(inputs.numpy(), tg.SMOKE_SETTINGS["ngram_rows"], *fields[:4])
     rows = np.empty(2 * len(inputs), np.int32)
     (count,) = tg.gather_ngram_rows(fields[0], fields[1], rows)
+    tg.sort_ids([inputs.numpy(), targets.numpy(), *fields], len(inputs), len(inputs))
     return tg.MicroBatch(inputs, targets, *(torch.from_numpy(f) for f in fields), seqs,
                          ngram_rows=torch.from_numpy(rows[:count]), ngram_owners=(count,))
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import train_gpt as tg
-from conftest import random_documents
+from conftest import random_documents, sorting_order
 from fineweb import BOS, write_shard
 
 CPU = torch.device("cpu")
@@ -201,6 +201,30 @@ def test_train_batches_follow_the_documents(train_corpus, world_size):
     read = np.concatenate(read)
     assert (np.diff(read) > 0).all()  # in shard order, and no token read twice
     assert not np.isin(np.flatnonzero(corpus.shard == 2), read).any()  # the too-short shard is skipped
+
+
+@pytest.mark.parametrize("high", [50304, 1 << 17, 1 << 31])
+def test_stable_order_sorts_ids_stably_in_16_bit_digits(high):
+    """numpy's stable argsort, tie for tie, for ids below 2**16 (one digit) and above (two), with many ties."""
+    ids = np.random.default_rng(0).integers(0, high, 5000).astype(np.int32)
+    ids[::7] = ids[0]
+    expected = np.argsort(ids, kind="stable")
+    assert len(np.unique(ids)) < len(ids) - 700 and np.array_equal(sorting_order(ids), expected)
+
+
+def test_micro_batches_carry_the_stable_order_of_their_ids(train_corpus, val_corpus):
+    """Every training and validation micro-batch carries the stable sort order of its inputs and of its bigram
+    and trigram slots (their places among the step's rows), for RowLookup's backward pass."""
+    pattern, _ = train_corpus
+    shape = tg.BatchShape(TOKENS, MAX_SEQ_LEN, 4)
+    steps = tg.synchronous_batches(tg.TrainSource(pattern, 1, 2, repeat=False), [shape] * 2)
+    val = tg.synchronous_batches(tg.ValSource(val_corpus[0], VAL_TOKENS, CHUNK, 0, 1), [tg.BatchShape(CHUNK, CHUNK, 1)])
+    micros = [m for step in steps for m in step] + next(val)
+    assert len(micros) == 9
+    for m in micros:
+        for ids, order in ((m.inputs, m.input_order), (m.bigram_slots, m.bigram_order),
+                           (m.trigram_slots, m.trigram_order)):
+            assert np.array_equal(order.numpy(), np.argsort(ids.numpy(), kind="stable"))
 
 
 def test_small_example_uses_the_last_token_of_a_shard_only_as_a_target(make_shards):

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import train_gpt as tg
 from conftest import (ROOT, check_nan_stops_the_run, environment_without_cache_dirs, gradients_as_hooks_see_them,
-                      random_documents, read_log, randomise_zero_initialised, rel_error)
+                      random_documents, read_log, randomise_zero_initialised, rel_error, sorting_order)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -117,7 +117,7 @@ def test_row_lookup_s_tables_post_accumulate_hooks_see_their_whole_gradients():
               (torch.bfloat16, torch.float32)]
     hooked = gradients_as_hooks_see_them(tables)
     ids = torch.randint(0, 1000, (4096,), device="cuda", dtype=torch.int32)
-    rows = tg.RowLookup.apply(ids, torch.bfloat16, *tables)
+    rows = tg.RowLookup.apply(ids, torch.from_numpy(sorting_order(ids.cpu().numpy())).cuda(), torch.bfloat16, *tables)
     x = torch.randn(8, 64, device="cuda")
     (sum(r.float().sum() for r in rows) + (x @ tables[1].T).sum()).backward()
     assert sorted(hooked) == [0, 1] and all(torch.equal(hooked[i], t.grad) for i, t in enumerate(tables))

@@ -253,7 +253,7 @@ def test_every_tensor_send_returns_was_waited_for_and_recorded_on_the_compute_st
 
     steps = run_loader(pattern, gpu, check_step)
     assert names_seen == {"inputs", "targets", "bigram_slots", "trigram_slots", "bigram_signs", "trigram_signs",
-                          "seqs.cu_seqlens", "candidates", "ngram_rows"}
+                          "input_order", "bigram_order", "trigram_order", "seqs.cu_seqlens", "candidates", "ngram_rows"}
     with_candidates = [micro.candidates is not None for step in steps for micro in step]
     assert any(with_candidates) and not all(with_candidates)
 

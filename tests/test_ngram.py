@@ -116,7 +116,9 @@ def test_ngram_embedding_is_each_rows_signed_sum_and_its_gradient_lands_on_the_r
     tg.hash_ngrams(inputs.numpy(), table_rows, *fields)
     rows, slots = np.empty(2 * tokens, np.int32), [f.copy() for f in fields[:2]]
     rows = rows[: sum(tg.gather_ngram_rows(*slots, rows))]
-    batch = tg.MicroBatch(inputs, inputs, *(torch.from_numpy(s) for s in slots + fields[2:]),
+    orders = [np.empty(tokens, np.int32) for _ in range(3)]
+    tg.sort_ids([inputs.numpy(), inputs.numpy(), *slots, *fields[2:], *orders], tokens, tokens)
+    batch = tg.MicroBatch(inputs, inputs, *(torch.from_numpy(s) for s in slots + fields[2:] + orders),
                           seqs=None, ngram_rows=torch.from_numpy(rows))
     out_grad = torch.randn(tokens, dim)
     (ngram(batch) * out_grad).sum().backward()
