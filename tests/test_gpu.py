@@ -663,6 +663,37 @@ def test_work_after_gradient_events_sees_each_replay_s_final_gradients_before_it
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
+def nccl_adam(rank, world_size, port, out_dir):
+    """test_model's sharded Adam steps on GPU `rank` of world_size, through NCCL: saves the parameters after them."""
+    from test_model import run_adam
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=torch.device("cuda", rank))
+    try:
+        torch.save(run_adam(rank, world_size, world_size, device="cuda"), Path(out_dir) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_sharded_adam_over_nccl_gathers_in_place_as_one_process_steps(tmp_path):
+    """Adam on 2 GPUs through NCCL, its updates compiled and replayed as CUDA graphs, each large parameter
+    all-gathered into itself from the slice each rank updated in place: both ranks end with the parameters that
+    one process on the CPU computes from the summed gradients (test_model.run_adam), the untied copy included."""
+    from test_model import run_adam
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(nccl_adam, args=(2, port, str(tmp_path)), nprocs=2)
+    single = run_adam(0, 1, 2)
+    for rank in range(2):
+        params = torch.load(tmp_path / f"rank{rank}.pt")
+        assert len(params) == len(single)
+        for p, q in zip(params, single):
+            assert rel_error(p, q) < 1e-5, rank
+    assert not torch.allclose(single[0], single[-1])  # the untied copy went its own way
+
+
 def nccl_sharded_table(rank, world_size, port, out_dir, ahead):
     """test_model's sharded-table steps on GPU `rank` of world_size, through NCCL: saves what each fetch brought
     and this rank's shard after the steps, the rows each rank asks of the others exchanged over a gloo group of

@@ -374,18 +374,18 @@ def test_normuon_reset_is_a_fresh_normuon():
     assert all(torch.equal(p, q) for p, q in zip(params, fresh_params))
 
 
-# sizes 66045 and 65536 (sharded: ADAM_SHARD_MIN or more; the first no multiple of 2 or 4, padded, the second
-# not), 7, 2 and 16 (summed whole)
-ADAM_SHAPES = [(259, 255), (256, 256), (7,), (2,), (4, 4)]
+# sizes 66048 (sharded: ADAM_SHARD_MIN or more, a multiple of 2 and 4), 66045 (as many, but no multiple of 2 or 4:
+# summed whole), 7, 2 and 16 (summed whole)
+ADAM_SHAPES = [(256, 258), (259, 255), (7,), (2,), (4, 4)]
 
 
-def run_adam(rank, world_size, num_shares):
+def run_adam(rank, world_size, num_shares, device="cpu"):
     """Four steps of sharded Adam (rank `rank` of world_size) on ADAM_SHAPES, the untie hand-over after the
     second, one small parameter without a gradient in the first (the ranks sum zeros for it, one process
-    skips it); one process takes the sum of all shares."""
+    skips it); one process takes the sum of all shares. The parameters on `device`, returned on the CPU."""
     g = torch.Generator().manual_seed(5)
-    params = [torch.randn(shape, generator=g).requires_grad_() for shape in ADAM_SHAPES]
-    untied = torch.zeros(ADAM_SHAPES[0]).requires_grad_()
+    params = [torch.randn(shape, generator=g).to(device).requires_grad_() for shape in ADAM_SHAPES]
+    untied = torch.zeros(ADAM_SHAPES[0], device=device).requires_grad_()
     names = ["head.weight", "scalar_d", "scalar_a", "scalar_b", "scalar_c"]
     adam = tg.Adam(list(zip(names, params)) + [("embed.weight", untied)], lr=0.01, wd=2.0, world_size=world_size)
     for group in adam.param_groups:
@@ -396,18 +396,22 @@ def run_adam(rank, world_size, num_shares):
         grads = torch.Generator().manual_seed(200 + step)
         for p in params[: 4 if step == 0 else 5] + ([untied] if step >= 2 else []):  # scalar_c: no gradient at first
             shares = [torch.randn(p.shape, generator=grads) for _ in range(num_shares)]
-            p.grad = shares[rank] if world_size > 1 else sum(shares)
+            p.grad = (shares[rank] if world_size > 1 else sum(shares)).to(device)
         adam.step()
         adam.zero_grad(set_to_none=True)
-    return [p.detach() for p in params + [untied]]
+    return [p.detach().cpu() for p in params + [untied]]
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_sharded_adam_equals_single_process(world_size, gloo_runs):
-    """Each rank updates a slice of the large parameters (66045 elements padded, no multiple of 2 or 4; 65536 not)
-    and the slices are gathered, and every rank updates the small ones whole from one all-reduce: every rank must
-    end with the parameters one process computes from the summed gradients, the untied copy included."""
+    """Each rank updates a slice of the large parameters in place and they are gathered in place, and every rank
+    updates the small ones whole from one all-reduce, with a large one that does not divide into equal slices:
+    every rank must end with the parameters one process computes from the summed gradients, the untied copy
+    included."""
     single = run_adam(0, 1, world_size)
+    adam = tg.Adam([("head.weight", single[0])], lr=0.1, wd=0.0)
+    adam.world_size = world_size  # as a rank of world_size, without a process group
+    assert [adam.sharded(p) for p in single] == [True, False, False, False, False, True]
     for params in gloo_runs(run_adam, world_size):
         assert len(params) == len(single)
         for p, q in zip(params, single):
@@ -439,8 +443,9 @@ def run_reductions(rank, world_size, num_shares):
     for p, (grad, work) in adam.reduced.items():
         if work is not None:
             work.wait()
-        start, end, _ = adam.slice(p)
-        received[names[p]] = (start, grad[: end - start])
+        mine = adam.slice(p)  # a view of p (flattened), from this offset
+        assert len(grad) == len(mine)
+        received[names[p]] = (mine.storage_offset(), grad)
     return received
 
 
