@@ -1,6 +1,7 @@
 """Where a step_profile trace's exposed communication is: each NCCL kernel's time while no other kernel, copy or
-memset runs, by kernel and by the optimizer range it was queued in, and each measured step's largest exposed
-pieces with the kernel that ran next (what waited for them).
+memset runs, by kernel and by the host's range that launched it (an optimizer's half, annotated by step_profile,
+or the training step outside them: the forward and backward passes, the n-gram rows' fetch), and each measured
+step's largest exposed pieces with the kernel that ran next (what waited for them).
 
     python3 exposed_intervals.py traces/step_profile_rank0.json.gz [--skip 2] [--top 6]
 
@@ -17,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.step_profile import WAIT_US, kernel_kind, merge, optimizer_region, short_name  # noqa: E402
+from benchmarks.step_profile import WAIT_US, kernel_kind, merge, short_name  # noqa: E402
 
 DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -41,6 +42,21 @@ def exposed_pieces(start, end, idle, idle_starts):
     return pieces
 
 
+def launch_ranges(events):
+    """A function from a kernel event to the innermost host range (record_function) around its launch, by the
+    launch's correlation id: "train_step" alone is the training step outside the optimizers' halves."""
+    launched = {e["args"]["correlation"]: e["ts"] for e in events
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    ranges = [(e["ts"], e["ts"] + e["dur"], e["name"].split("#")[-1]) for e in events
+              if e.get("cat") == "user_annotation"]
+
+    def launched_in(kernel):
+        ts = launched.get(kernel.get("args", {}).get("correlation"))
+        around = [r for r in ranges if ts is not None and r[0] <= ts <= r[1]]
+        return max(around)[2] if around else "outside the steps"
+    return launched_in
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("trace")
@@ -48,7 +64,8 @@ def main():
     parser.add_argument("--top", type=int, default=6)
     args = parser.parse_args()
     events = json.load(gzip.open(args.trace))["traceEvents"]
-    work = sorted(((e["name"], e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in DEVICE_WORK),
+    launched_in = launch_ranges(events)
+    work = sorted(((e["name"], e["ts"], e["ts"] + e["dur"], e) for e in events if e.get("cat") in DEVICE_WORK),
                   key=lambda w: w[1])
     by_stream = defaultdict(list)
     for e in events:
@@ -57,20 +74,19 @@ def main():
     step_starts = [min(starts) for starts in zip(*(sorted(s) for s in by_stream.values()))]
     if len(step_starts) <= args.skip:
         sys.exit(f"{len(step_starts)} steps in the trace, {args.skip} to skip")
-    bounds = step_starts[args.skip:] + [max(end for _, _, end in work)]
+    bounds = step_starts[args.skip:] + [max(end for _, _, end, _ in work)]
     measured = len(bounds) - 1
-    region = optimizer_region(events)
-    compute = [(name, s, e) for name, s, e in work if kernel_kind(name) != "nccl" and e > bounds[0]]
+    compute = [(name, s, e) for name, s, e, _ in work if kernel_kind(name) != "nccl" and e > bounds[0]]
     idle = idle_periods([(s, e) for _, s, e in compute])
     idle_starts = [s for s, _ in idle]
     compute_starts = [s for _, s, _ in compute]  # sorted, as work is
 
     totals = defaultdict(lambda: [0, 0.0, 0.0, 0.0])  # (kernel, range): launches, time, exposed, in waits
     per_step = defaultdict(list)
-    for name, start, end in work:
+    for name, start, end, event in work:
         if kernel_kind(name) != "nccl" or end <= bounds[0] or start >= bounds[-1]:
             continue
-        key = (short_name(name, 60), region(start) or "forward and backward")
+        key = (short_name(name, 60), launched_in(event))
         pieces = exposed_pieces(start, end, idle, idle_starts)
         exposed = sum(hi - lo for lo, hi, _ in pieces)
         waited = sum(hi - lo for lo, hi, length in pieces if length >= WAIT_US)
@@ -90,7 +106,7 @@ def main():
     print(f"{measured} steps measured, {step_us / 1000:.2f} ms a step; exposed {all_exposed:.1f} us a step "
           f"({all_exposed / step_us:.2%}), in waits of {WAIT_US:g} us or more "
           f"{sum(t[3] for t in totals.values()) / measured:.1f} us")
-    print("| NCCL kernel | queued in | launches a step | us a step | exposed us a step | of it in waits |")
+    print("| NCCL kernel | launched in | launches a step | us a step | exposed us a step | of it in waits |")
     print("|---|---|---:|---:|---:|---:|")
     for (name, where), (n, time, exposed, waited) in sorted(totals.items(), key=lambda item: -item[1][2]):
         print(f"| {name} | {where} | {n / measured:.1f} | {time / measured:.1f} | {exposed / measured:.1f} | "
