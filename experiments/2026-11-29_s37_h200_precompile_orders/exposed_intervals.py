@@ -71,7 +71,10 @@ def main():
     for e in events:
         if e.get("cat") == "gpu_user_annotation" and e["name"] == "train_step":
             by_stream[e["tid"]].append(e["ts"])
-    step_starts = [min(starts) for starts in zip(*(sorted(s) for s in by_stream.values()))]
+    # a step's range on each stream that ran its kernels; a stream that ran kernels in some steps only has fewer,
+    # and pairing its ranges with the others' would mix steps: the streams with a range in every step decide
+    most = max(map(len, by_stream.values()), default=0)
+    step_starts = [min(starts) for starts in zip(*(sorted(s) for s in by_stream.values() if len(s) == most))]
     if len(step_starts) <= args.skip:
         sys.exit(f"{len(step_starts)} steps in the trace, {args.skip} to skip")
     bounds = step_starts[args.skip:] + [max(end for _, _, end, _ in work)]
