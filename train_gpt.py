@@ -1135,7 +1135,7 @@ class Adam(torch.optim.Optimizer):
         # Where the captured arithmetic reads and writes: the large parameters' gradient shares and their slices
         # (views of the parameters), and each group's [step size, decay], filled before each step.
         large = [p for g in self.param_groups for p in g["params"] + [self.late] if p is not None and self.sharded(p)]
-        self.shares = {p: p.new_empty(p.numel() // world_size) for p in large}
+        self.shares = {p: torch.empty_like(self.slice(p)) for p in large}
         first = self.param_groups[0]["params"][0]
         self.scheduled = first.new_zeros(len(self.param_groups), 2, dtype=torch.float32)
         self.joined = None  # after the untie: (its group, the late parameter), for reset
@@ -1853,7 +1853,8 @@ def _pack_documents(tokens, starts, lengths, max_len, table_rows, per_token, cu_
     attention sequences of at most max_len tokens; hash its n-grams into the table's rows (hash_ngrams; the
     step's gather_ngram_rows turns them into slots); write the sequences' boundaries to cu_seqlens; return
     their number and the longest. per_token: numpy views in TOKEN_FIELDS order."""
-    inputs, targets, *ngrams = per_token[:6]  # the orders come once the step's slots are final (sort_ids)
+    # the orders come once the step's slots are final (sort_ids)
+    inputs, targets, *ngrams = per_token[: TOKEN_FIELDS.index("input_order")]
     pieces = -(-lengths // max_len)
     first = np.repeat(np.cumsum(pieces) - pieces, pieces)  # index of each piece's first sibling
     offset = (np.arange(pieces.sum()) - first) * max_len  # where each piece starts inside its document
